@@ -1,0 +1,104 @@
+"""`mcptasks` command line: parse flags, load `Settings`, configure logging, dispatch the subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from mcp_tasks import __version__
+from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, validate
+from mcp_tasks.tasks.errors import InvalidToolManifest
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        for key in ("taskId", "tool", "tenant", "method"):
+            if key in record.__dict__:
+                entry[key] = record.__dict__[key]
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcptasks", description="Durable MCP Tasks for long-running tool calls.")
+    parser.add_argument("--version", action="version", version=f"mcptasks {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the embedded server: SQLite store + local runner")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; non-loopback needs --tokens) [MCPTASKS_HOST]")
+    serve.add_argument("--port", type=int, help="TCP port (default 8000) [MCPTASKS_PORT]")
+    serve.add_argument(
+        "--tools", action="append", type=Path, metavar="DIR",
+        help="folder of McpTool manifests; repeatable (default examples/tools) [MCPTASKS_TOOLS]",
+    )
+    serve.add_argument("--data-dir", type=Path, help="database, artifacts and keys (default .data) [MCPTASKS_DATA_DIR]")
+    serve.add_argument("--tokens", type=Path, metavar="FILE", help="YAML bearer-token file [MCPTASKS_TOKENS]")
+    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
+    serve.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+    return parser
+
+
+def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
+    """Defaults → environment → flags, then validation.
+
+    Raises:
+        SettingsError: a value is invalid (the message names the flag).
+    """
+    settings = from_environment(Settings(), environ)
+    serve = settings.serve
+    if args.host is not None:
+        serve = replace(serve, host=args.host)
+    if args.port is not None:
+        serve = replace(serve, port=args.port)
+    if args.tools:
+        serve = replace(serve, tools_dirs=tuple(args.tools))
+    elif not serve.tools_dirs and Path("examples/tools").is_dir():
+        serve = replace(serve, tools_dirs=(Path("examples/tools"),))
+    if args.data_dir is not None:
+        serve = replace(serve, data_dir=args.data_dir)
+    if args.tokens is not None:
+        serve = replace(serve, tokens_file=args.tokens)
+    if args.log_level is not None:
+        serve = replace(serve, log_level=args.log_level)
+    if args.log_json:
+        serve = replace(serve, log_json=True)
+    return validate(replace(settings, serve=serve))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `mcptasks` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args, dict(os.environ))
+    except SettingsError as exc:
+        print(f"mcptasks: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(settings.serve.log_level, settings.serve.log_json)
+    from mcp_tasks.cli.serve import serve
+
+    try:
+        asyncio.run(serve(settings))
+    except InvalidToolManifest as exc:
+        print(f"mcptasks: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mcptasks: cannot listen on {settings.serve.host}:{settings.serve.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

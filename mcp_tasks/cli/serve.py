@@ -1,0 +1,98 @@
+"""`mcptasks serve`: the embedded default, wired together. Wiring only.
+
+SQLite store + file tool catalog + file artifact store + local runner, behind the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+from aiohttp import web
+
+from mcp_tasks import __version__
+from mcp_tasks.cli.settings import Settings
+from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
+from mcp_tasks.gateway.auth import Authenticator
+from mcp_tasks.runner import LocalRunner
+from mcp_tasks.store.artifacts import FileArtifactStore
+from mcp_tasks.store.manifests import FileToolCatalog
+from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.tasks.interfaces import utc_now
+
+logger = logging.getLogger("mcp_tasks.cli")
+
+
+def load_request_state_key(data_dir: Path) -> bytes:
+    """The HMAC key for `requestState`, created once (0600) so restarts and sibling processes share it."""
+    path = data_dir / "request-state.key"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
+    """Create the embedded server's application and runner (nothing is opened until the app starts)."""
+    serve = settings.serve
+    data_dir = serve.data_dir.resolve()
+    gateway_settings = replace(
+        settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
+    )
+    store = SqliteTaskStore(data_dir / "tasks.sqlite3")
+    catalog = FileToolCatalog(serve.tools_dirs)
+    artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
+    runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner)
+    services = Services(
+        store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
+    )
+    authenticator: Authenticator = (
+        TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
+    )
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await store.open()
+        await runner.start()
+        try:
+            yield
+        finally:
+            await runner.aclose()
+            await store.aclose()
+
+    return create_app(services, authenticator, lifecycle), runner
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGINT/SIGTERM; print where the server listens and how it authenticates."""
+    app, _ = build_app(settings)
+    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    await web_runner.setup()
+    site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
+    await site.start()
+    host, port = web_runner.addresses[0][:2]
+    auth = (
+        f"bearer tokens from {settings.serve.tokens_file}"
+        if settings.serve.tokens_file
+        else "no token file: one local principal, loopback only"
+    )
+    print(f"mcp-tasks {__version__} serving MCP on http://{host}:{port}/mcp ({auth})", flush=True)
+    print(f"data: {settings.serve.data_dir.resolve()}  tools: {', '.join(map(str, settings.serve.tools_dirs))}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        print("shutting down", flush=True)
+        await web_runner.cleanup()

@@ -1,0 +1,53 @@
+"""The aiohttp application of the gateway: routes, shared services, and their lifecycle.
+
+`create_app` wires the `TaskStore`, `ToolCatalog`, `ArtifactStore` and `ToolExecutor` it is given;
+it creates nothing deployment-specific (cli does). Stateless across requests: any replica answers any
+task. `/healthz` answers 200 once the app is serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from mcp_tasks.gateway import listen, transport
+from mcp_tasks.gateway.auth import Authenticator
+from mcp_tasks.gateway.context import Services
+
+MCP_PATH = "/mcp"
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_app(
+    services: Services,
+    authenticator: Authenticator,
+    lifecycle: Callable[[web.Application], AsyncIterator[None]] | None = None,
+) -> web.Application:
+    """Build the gateway application.
+
+    Args:
+        services: store, catalog, artifacts, executor, clock and settings.
+        authenticator: maps request headers to an `Owner`.
+        lifecycle: optional `cleanup_ctx` generator that opens and closes what `services` depend on.
+    """
+    app = web.Application(client_max_size=services.settings.max_body_bytes)
+    app[transport.SERVICES_KEY] = services
+    app[transport.AUTHENTICATOR_KEY] = authenticator
+    app[listen.SHUTDOWN_KEY] = asyncio.Event()
+    if lifecycle is not None:
+        app.cleanup_ctx.append(lifecycle)
+
+    async def end_subscriptions(app: web.Application) -> None:
+        app[listen.SHUTDOWN_KEY].set()
+
+    app.on_shutdown.append(end_subscriptions)
+    app.router.add_post(MCP_PATH, transport.handle_post)
+    app.router.add_get(MCP_PATH, transport.method_not_allowed)
+    app.router.add_delete(MCP_PATH, transport.method_not_allowed)
+    app.router.add_get("/healthz", _healthz)
+    return app

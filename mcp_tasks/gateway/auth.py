@@ -1,0 +1,75 @@
+"""Authentication: bearer tokens → `Owner(tenant, subject)`, from a YAML token file.
+
+Token file format (`--tokens FILE`):
+
+    tokens:
+      - token: "s3cr3t-alice"        # the bearer token, as sent in `Authorization: Bearer ...`
+        tenant: acme
+        subject: alice
+
+Without a token file the server serves one local principal and binds loopback only (enforced in
+`cli`). Tokens are compared by SHA-256 digest in constant time; they are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from mcp_tasks.tasks.owner import LOCAL_OWNER, Owner
+
+
+class Unauthenticated(Exception):
+    """The request carries no valid bearer token (HTTP 401)."""
+
+
+class Authenticator(Protocol):
+    """Maps a request's headers to its principal."""
+
+    def authenticate(self, headers: Mapping[str, str]) -> Owner:
+        """Return the principal, or raise `Unauthenticated`."""
+        ...
+
+
+class LocalAuthenticator:
+    """Everyone is the single local principal (loopback-only servers without a token file)."""
+
+    def authenticate(self, headers: Mapping[str, str]) -> Owner:
+        """Return `LOCAL_OWNER`."""
+        return LOCAL_OWNER
+
+
+class TokenFileAuthenticator:
+    """Bearer tokens from a YAML file.
+
+    Raises:
+        ValueError: at construction, when the file is malformed (the message names the entry).
+    """
+
+    def __init__(self, path: Path) -> None:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        entries = document.get("tokens") if isinstance(document, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(f"{path}: expected a top-level 'tokens:' list of {{token, tenant, subject}}")
+        self._owners: dict[bytes, Owner] = {}
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry.get(k) for k in ("token", "tenant", "subject")):
+                raise ValueError(f"{path}: tokens[{index}] needs non-empty string token, tenant and subject")
+            self._owners[hashlib.sha256(entry["token"].encode()).digest()] = Owner(entry["tenant"], entry["subject"])
+
+    def authenticate(self, headers: Mapping[str, str]) -> Owner:
+        """Resolve `Authorization: Bearer <token>`."""
+        value = headers.get("Authorization", "")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("send Authorization: Bearer <token>")
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        for known, owner in self._owners.items():
+            if hmac.compare_digest(known, digest):
+                return owner
+        raise Unauthenticated("unknown bearer token")

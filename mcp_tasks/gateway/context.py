@@ -1,0 +1,54 @@
+"""Per-request context handed to every method handler, and the services they share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mcp_tasks.gateway.settings import GatewaySettings
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.headers import RequestEnvelope
+from mcp_tasks.protocol.jsonrpc import Message
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, ToolExecutor
+from mcp_tasks.tasks.owner import Owner
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the gateway talks to; it never knows which deployment provides them (ARCHITECTURE.md)."""
+
+    store: TaskStore
+    catalog: ToolCatalog
+    artifacts: ArtifactStore
+    executor: ToolExecutor
+    clock: Clock
+    settings: GatewaySettings
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One validated request: its message, `_meta` envelope, authenticated owner and headers."""
+
+    message: Message
+    envelope: RequestEnvelope
+    owner: Owner
+    headers: Mapping[str, str]
+    services: Services
+
+    @property
+    def params(self) -> JsonObject:
+        """The request's `params` object."""
+        return self.message.params
+
+    def server_meta(self) -> JsonObject:
+        """`{"io.modelcontextprotocol/serverInfo": {name, version}}` for a result's `_meta`."""
+        settings = self.services.settings
+        return {constants.META_SERVER_INFO: {"name": settings.server_name, "version": settings.server_version}}
+
+    def complete(self, result: JsonObject) -> JsonObject:
+        """Stamp `resultType` (default `complete`) and serverInfo `_meta` on a result (MCP 2026-07-28 §Result)."""
+        result.setdefault("resultType", constants.RESULT_TYPE_COMPLETE)
+        meta = result.get("_meta")
+        result["_meta"] = {**meta, **self.server_meta()} if isinstance(meta, dict) else self.server_meta()
+        return result

@@ -1,0 +1,71 @@
+"""`server/discover` and `tools/list` (MCP 2026-07-28 `server/discover.mdx`, `server/tools.mdx`)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from mcp_types import DiscoverResult, ListToolsResult, ServerCapabilities, ToolsCapability
+from mcp_types._types import ResourcesCapability
+
+from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+
+
+async def discover(ctx: RequestContext) -> JsonObject:
+    """Advertise versions, `tools`, `resources` (artifacts) and the tasks extension."""
+    result = DiscoverResult(
+        supported_versions=list(constants.SUPPORTED_PROTOCOL_VERSIONS),
+        capabilities=ServerCapabilities(
+            tools=ToolsCapability(),
+            resources=ResourcesCapability(),
+            extensions={constants.TASKS_EXTENSION: {}},
+        ),
+        ttl_ms=ctx.services.settings.list_ttl_ms,
+        cache_scope="public",
+        instructions=(
+            "Long-running tools may answer tools/call with a task (resultType 'task'); poll tasks/get with "
+            "Mcp-Name set to the taskId, answer inputRequests with tasks/update, stop with tasks/cancel."
+        ),
+    )
+    return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+def _decode_cursor(cursor: object) -> int:
+    if cursor is None:
+        return 0
+    if not isinstance(cursor, str):
+        raise InvalidParams("Invalid params: cursor must be a string from a previous nextCursor")
+    try:
+        offset = int(base64.urlsafe_b64decode(cursor.encode()).decode().removeprefix("o:"))
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidParams("Invalid params: unknown cursor; start again without one") from exc
+    if offset < 0:
+        raise InvalidParams("Invalid params: unknown cursor; start again without one")
+    return offset
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
+
+
+async def list_tools(ctx: RequestContext) -> JsonObject:
+    """One page of tools in the catalog's deterministic order, with cache hints."""
+    offset = _decode_cursor(ctx.params.get("cursor"))
+    tools = ctx.services.catalog.list_tools()
+    size = ctx.services.settings.list_page_size
+    page = tools[offset : offset + size]
+    result = ListToolsResult(
+        tools=[spec.tool for spec in page],
+        next_cursor=_encode_cursor(offset + size) if offset + size < len(tools) else None,
+        ttl_ms=ctx.services.settings.list_ttl_ms,
+        cache_scope="public",
+    )
+    return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def list_resources(ctx: RequestContext) -> JsonObject:
+    """`resources/list`: artifacts are reached through the links in task results, so the list is empty."""
+    _decode_cursor(ctx.params.get("cursor"))
+    return ctx.complete({"resources": [], "ttlMs": 0, "cacheScope": "private"})

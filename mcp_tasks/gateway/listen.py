@@ -1,0 +1,102 @@
+"""`subscriptions/listen` with the tasks filter: `notifications/tasks` on the POST's SSE stream.
+
+SEP-2575 §subscriptions and SEP-2663 §Notifications. The first frame is the acknowledgement with the
+agreed filter: `taskIds` keeps only ids the caller owns (unknown and foreign ids are silently left
+out, so the ack reveals nothing), and no other notification type is offered. Then the current state
+of each agreed task is pushed, followed by every change as a full `DetailedTask`. Every frame carries
+`_meta.subscriptionId` = the listen request's JSON-RPC id. When every agreed task is terminal, or the
+server shuts down, the listen request's own response ends the stream. Polling stays the baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Final
+
+from aiohttp import web
+
+from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.gateway.task_methods import render_task
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
+from mcp_tasks.protocol.jsonrpc import notification, result_response
+from mcp_tasks.tasks.errors import TaskNotFound
+
+logger = logging.getLogger("mcp_tasks.gateway")
+
+SHUTDOWN_KEY: Final = web.AppKey("listen_shutdown", asyncio.Event)
+
+
+def _frame(message: JsonObject) -> bytes:
+    return b"event: message\ndata: " + json.dumps(message, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _agreed_task_ids(ctx: RequestContext, requested: object) -> list[str]:
+    if requested is None:
+        return []
+    if not ctx.envelope.declares_tasks:
+        raise MissingRequiredClientCapability.tasks_extension("notifications.taskIds on subscriptions/listen")
+    limit = ctx.services.settings.listen_max_task_ids
+    if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested) or len(requested) > limit:
+        raise InvalidParams(f"Invalid params: notifications.taskIds must be a list of at most {limit} task ids")
+    agreed: list[str] = []
+    for task_id in dict.fromkeys(requested):
+        try:
+            await ctx.services.store.get(task_id, ctx.owner)
+        except TaskNotFound:
+            continue
+        agreed.append(task_id)
+    return agreed
+
+
+async def listen(request: web.Request, ctx: RequestContext) -> web.StreamResponse:
+    """Open the subscription stream. Validation errors are raised before the stream starts (JSON 400)."""
+    filters = ctx.params.get("notifications")
+    if not isinstance(filters, dict):
+        raise InvalidParams("Invalid params: params.notifications (the subscription filter) is required")
+    task_ids = await _agreed_task_ids(ctx, filters.get("taskIds"))
+    request_id = ctx.message.request_id
+    assert request_id is not None  # noqa: S101  # notifications never reach handlers
+    sub_meta = {constants.META_SUBSCRIPTION_ID: request_id}
+    agreed: JsonObject = {"taskIds": task_ids} if "taskIds" in filters else {}
+
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    shutdown = request.app[SHUTDOWN_KEY]
+    try:
+        await response.write(
+            _frame(notification(constants.NOTIFICATION_SUBSCRIPTION_ACK, {"_meta": sub_meta, "notifications": agreed}))
+        )
+        seen: dict[str, int] = {}
+        keepalive = ctx.services.settings.listen_keepalive_s
+        while True:
+            for task_id in list(task_ids):
+                try:
+                    record = await ctx.services.store.get(task_id, ctx.owner)
+                except TaskNotFound:
+                    task_ids.remove(task_id)
+                    continue
+                if seen.get(task_id) != record.version:
+                    seen[task_id] = record.version
+                    params = {**render_task(ctx, record), "_meta": sub_meta}
+                    await response.write(_frame(notification(constants.NOTIFICATION_TASKS, params)))
+                    if record.status.is_terminal:
+                        task_ids.remove(task_id)
+            if ("taskIds" in filters and not task_ids) or shutdown.is_set():
+                final = ctx.complete({"_meta": dict(sub_meta)})
+                await response.write(_frame(result_response(request_id, final)))
+                break
+            waiter = asyncio.ensure_future(ctx.services.store.wait_for_change(keepalive))
+            stopper = asyncio.ensure_future(shutdown.wait())
+            done, _ = await asyncio.wait({waiter, stopper}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
+            for pending in (waiter, stopper):
+                pending.cancel()
+            if not done:
+                await response.write(b": keepalive\n\n")
+    except (ConnectionResetError, ConnectionError):
+        logger.debug("listen stream %s closed by the client", request_id)
+    return response

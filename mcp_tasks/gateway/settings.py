@@ -1,0 +1,37 @@
+"""Settings of the gateway (group `gateway` of `Settings`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """How the MCP endpoint behaves.
+
+    Attributes:
+        server_name: `serverInfo.name` stamped on every result's `_meta`.
+        server_version: `serverInfo.version`.
+        max_body_bytes: largest POST body accepted, in bytes (default 1 MiB); larger → 413 with -32600.
+        allowed_origins: extra `Origin` values accepted besides loopback origins (which are accepted when
+            `loopback_only`); any other `Origin` gets 403 (DNS-rebinding protection).
+        loopback_only: the server is bound to loopback: also reject a `Host` that is not loopback.
+        list_page_size: tools per `tools/list` page.
+        list_ttl_ms: `ttlMs` cache hint on `server/discover` and `tools/list`, in ms (default 60 s).
+        request_state_secret: HMAC key for pre-creation MRTR `requestState` (32+ random bytes).
+        request_state_ttl_s: how long an issued `requestState` stays valid, in seconds (default 10 min).
+        listen_max_task_ids: most task ids one `subscriptions/listen` may watch.
+        listen_keepalive_s: SSE comment keepalive interval on listen streams, in seconds.
+    """
+
+    server_name: str = "mcp-tasks"
+    server_version: str = "0.1.0"
+    max_body_bytes: int = 1024 * 1024
+    allowed_origins: frozenset[str] = frozenset()
+    loopback_only: bool = True
+    list_page_size: int = 100
+    list_ttl_ms: int = 60_000
+    request_state_secret: bytes = field(default=b"", repr=False)
+    request_state_ttl_s: int = 600
+    listen_max_task_ids: int = 100
+    listen_keepalive_s: float = 15.0

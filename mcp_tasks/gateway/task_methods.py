@@ -1,0 +1,90 @@
+"""`tasks/get`, `tasks/update`, `tasks/cancel` (SEP-2663), authorized by owner.
+
+The capability gate (-32021) runs in dispatch before these, so an unknown id from a non-declaring
+client never reaches a lookup. Another owner's task, an expired task and an unknown id all answer
+the same -32602 with the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.protocol.models import GetTaskResult, TaskRequestParams, UpdateTaskRequestParams
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.interfaces import transact
+from mcp_tasks.tasks.record import TaskRecord
+
+logger = logging.getLogger("mcp_tasks.gateway")
+
+NOT_FOUND_MESSAGE = "Failed to retrieve task: Task not found"
+P = TypeVar("P", bound=BaseModel)
+
+
+def _params(ctx: RequestContext, model: type[P]) -> P:
+    try:
+        return model.model_validate(ctx.params)
+    except ValidationError as exc:
+        field = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "params"
+        raise InvalidParams(f"Invalid params: {field} is missing or malformed") from exc
+
+
+def render_task(ctx: RequestContext, record: TaskRecord) -> JsonObject:
+    """The `DetailedTask` wire object of a record; an inlined result gets its own serverInfo `_meta`."""
+    task = record.to_wire_task().to_wire()
+    inner = task.get("result")
+    if isinstance(inner, dict):
+        inner.setdefault("resultType", constants.RESULT_TYPE_COMPLETE)
+        meta = inner.get("_meta")
+        inner["_meta"] = {**meta, **ctx.server_meta()} if isinstance(meta, dict) else ctx.server_meta()
+    return task
+
+
+async def get_task(ctx: RequestContext) -> JsonObject:
+    """`tasks/get` → `GetTaskResult` (`resultType: "complete"`, status payload inlined)."""
+    params = _params(ctx, TaskRequestParams)
+    try:
+        record = await ctx.services.store.get(params.task_id, ctx.owner)
+    except TaskNotFound as exc:
+        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
+    task = render_task(ctx, record)
+    task["resultType"] = GetTaskResult.model_fields["result_type"].default
+    return ctx.complete(task)
+
+
+async def update_task(ctx: RequestContext) -> JsonObject:
+    """`tasks/update`: answered keys leave `inputRequests` before the ack; unknown keys are ignored."""
+    params = _params(ctx, UpdateTaskRequestParams)
+    now = ctx.services.clock
+    try:
+        await transact(
+            ctx.services.store,
+            params.task_id,
+            lambda r: (transitions.answer_input_requests(r, params.input_responses, now()), None),
+            owner=ctx.owner,
+        )
+    except TaskNotFound as exc:
+        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
+    return ctx.complete({})
+
+
+async def cancel_task(ctx: RequestContext) -> JsonObject:
+    """`tasks/cancel`: record the request and ack at once; a terminal task gets the same ack."""
+    params = _params(ctx, TaskRequestParams)
+    now = ctx.services.clock
+    try:
+        await transact(
+            ctx.services.store,
+            params.task_id,
+            lambda r: (transitions.request_cancel(r, ctx.owner.subject, now()), None),
+            owner=ctx.owner,
+        )
+    except TaskNotFound as exc:
+        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
+    return ctx.complete({})

@@ -1,0 +1,161 @@
+"""`tools/call`: validate, decide sync vs task, run pre-creation MRTR, create the task durably.
+
+Order (protocol.md §4.3, §7.1; conformance.md §2): unknown tool → -32602; `Mcp-Param-*` headers →
+-32020; the tool's required client capabilities → -32021; arguments against `inputSchema` → a
+`CallToolResult` with `isError: true` (SEP-1303; no task is created); policy `required` without the
+extension → -32021; `inputBeforeTask` → `InputRequiredResult` rounds; then either a task
+(`CreateTaskResult`, returned only after the store committed it) or a synchronous run.
+A legacy `params.task` is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcp_tasks.gateway import request_state
+from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
+from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
+from mcp_tasks.protocol.models import CreateTaskResult
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.interfaces import InputNeeded
+from mcp_tasks.tasks.record import iso_ms
+from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
+
+logger = logging.getLogger("mcp_tasks.gateway")
+
+
+def _text_error(text: str) -> JsonObject:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+async def call_tool(ctx: RequestContext) -> JsonObject:
+    """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`."""
+    name = ctx.params.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidParams("Invalid params: params.name (the tool name) is required")
+    arguments = ctx.params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise InvalidParams("Invalid params: params.arguments must be an object")
+    tool = ctx.services.catalog.get_tool(name)
+    if tool is None:
+        raise InvalidParams(f"Invalid params: unknown tool {name!r}; call tools/list for the available tools")
+
+    check_param_headers(ctx.headers, header_bound_properties(tool.manifest.input_schema), arguments)
+    missing = ctx.envelope.lacks_capabilities(tool.manifest.required_client_capabilities)
+    if missing:
+        raise MissingRequiredClientCapability(
+            f"Tool {name!r} requires client capabilities {sorted(missing)}; declare them in this request's _meta",
+            missing,
+        )
+    problems = tool.argument_errors(arguments)
+    if problems:
+        return ctx.complete(_text_error(f"Invalid arguments for tool {name!r}: " + "; ".join(problems)))
+
+    policy = tool.execution.task_policy
+    as_task = ctx.envelope.declares_tasks and policy is not TaskPolicy.NEVER
+    if policy is TaskPolicy.REQUIRED and not as_task:
+        raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r}")
+
+    pre_input: JsonObject = {}
+    if tool.manifest.input_before_task:
+        round_result = _pre_creation_round(ctx, tool, arguments)
+        if round_result is not None:
+            return round_result
+        pre_input = dict(ctx.params.get("inputResponses") or {})
+        declined = [
+            key for key in tool.manifest.input_before_task
+            if isinstance(pre_input.get(key), dict) and pre_input[key].get("action") in {"decline", "cancel"}
+        ]
+        if declined:
+            return ctx.complete(_text_error(f"Not started: the request for {', '.join(declined)} was declined"))
+
+    if as_task:
+        return await _create_task(ctx, tool, arguments, pre_input)
+    if tool.manifest.input_before_task and not ctx.envelope.declares_tasks:
+        raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r}")
+    try:
+        result = await ctx.services.executor.run_inline(tool, arguments, ctx.owner)
+    except InputNeeded as exc:
+        raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
+    except TimeoutError:
+        return ctx.complete(
+            _text_error(
+                f"Tool {name!r} did not finish within {tool.execution.sync_timeout_seconds:g}s; "
+                "call it with the tasks extension to run it as a task"
+            )
+        )
+    return ctx.complete(dict(result))
+
+
+def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> JsonObject | None:
+    """Return an `InputRequiredResult` while `inputBeforeTask` answers are missing, else `None`.
+
+    Raises:
+        InvalidParams: `inputResponses` is not an object, or `requestState` fails verification (-32602).
+        MissingRequiredClientCapability: the client declared none of the capabilities the requests need.
+    """
+    responses: Any = ctx.params.get("inputResponses")
+    state = ctx.params.get("requestState")
+    secret = ctx.services.settings.request_state_secret
+    if "inputResponses" in ctx.params and not isinstance(responses, dict):
+        raise InvalidParams("Invalid params: inputResponses must be an object of key → response")
+    if state is not None:
+        if not isinstance(state, str):
+            raise InvalidParams("Invalid params: requestState must be the string the server sent")
+        request_state.verify(secret, state, ctx.owner, tool.name, arguments)
+    wanted = tool.manifest.input_before_task
+    answered = (
+        isinstance(responses, dict)
+        and state is not None
+        and all(isinstance(responses.get(key), dict) and "action" in responses[key] for key in wanted)
+    )
+    if answered:
+        return None
+    requests: JsonObject = {}
+    missing_caps: JsonObject = {}
+    for key, request in wanted.items():
+        capability = constants.INPUT_METHOD_CAPABILITY[request.method]
+        if isinstance(ctx.envelope.client_capabilities.get(capability), dict):
+            requests[key] = {"method": request.method, "params": request.params}
+        else:
+            missing_caps[capability] = {}
+    if missing_caps:
+        raise MissingRequiredClientCapability(
+            f"Tool {tool.name!r} needs input before it starts; declare {sorted(missing_caps)} in this request's _meta",
+            missing_caps,
+        )
+    return ctx.complete(
+        {
+            "resultType": constants.RESULT_TYPE_INPUT_REQUIRED,
+            "inputRequests": requests,
+            "requestState": request_state.issue(
+                secret, ctx.owner, tool.name, arguments, ctx.services.settings.request_state_ttl_s
+            ),
+        }
+    )
+
+
+async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
+    """Insert the task and answer only after the store committed it (SEP-2663: durable before the handle)."""
+    record = transitions.new_task(
+        mint_task_id(), ctx.owner, tool, arguments, ctx.services.clock(), pre_input_responses=pre_input
+    )
+    stored = await ctx.services.store.create(record)
+    logger.info(
+        "task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash}
+    )
+    result = CreateTaskResult(
+        task_id=stored.task_id,
+        status=stored.status,
+        created_at=iso_ms(stored.created_at),
+        last_updated_at=iso_ms(stored.last_updated_at),
+        ttl_ms=stored.ttl_ms,
+        poll_interval_ms=stored.poll_interval_ms,
+    ).to_wire()
+    return ctx.complete(result)

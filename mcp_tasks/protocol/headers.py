@@ -1,0 +1,153 @@
+"""Request envelope and routing-header rules of MCP 2026-07-28 (SEP-2575 `_meta`, SEP-2243 headers).
+
+`validate_envelope` runs the checks in the order the spec and the conformance suite require
+(`protocol.md` §10): `_meta` (-32602) → `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` against the
+body (-32020) → supported version (-32022). Method existence and the capability gate come after,
+in the gateway. `check_param_headers` validates `Mcp-Param-*` against `x-mcp-header` properties.
+Pure functions over a case-insensitive header mapping.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import HeaderMismatch, InvalidParams, JsonObject, UnsupportedProtocolVersion
+from mcp_tasks.protocol.jsonrpc import Message
+
+_B64_PREFIX: Final = "=?base64?"
+_B64_SUFFIX: Final = "?="
+_B64_STRICT: Final = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+_VISIBLE_ASCII: Final = re.compile(r"^[\x20-\x7e]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnvelope:
+    """What a 2026-07-28 request says about itself in `params._meta`.
+
+    `client_capabilities` is the request's own `ClientCapabilities` object (`{}` = none); it is
+    never inferred from earlier requests (MCP 2026-07-28 `basic/index.mdx` §Statelessness).
+    """
+
+    protocol_version: str
+    client_capabilities: JsonObject
+    meta: JsonObject
+
+    def declares_extension(self, extension: str) -> bool:
+        """True when `clientCapabilities.extensions[extension]` is present on this request."""
+        extensions = self.client_capabilities.get("extensions")
+        return isinstance(extensions, dict) and isinstance(extensions.get(extension), dict)
+
+    @property
+    def declares_tasks(self) -> bool:
+        """True when this request declared `io.modelcontextprotocol/tasks` (SEP-2663 Negotiation)."""
+        return self.declares_extension(constants.TASKS_EXTENSION)
+
+    def lacks_capabilities(self, required: JsonObject) -> JsonObject:
+        """Return the subset of `required` (a `ClientCapabilities` object) this request did not declare."""
+        missing: JsonObject = {}
+        for key, value in required.items():
+            declared = self.client_capabilities.get(key)
+            if key == "extensions" and isinstance(value, dict):
+                absent = {ext: v for ext, v in value.items() if not self.declares_extension(ext)}
+                if absent:
+                    missing[key] = absent
+            elif not isinstance(declared, dict):
+                missing[key] = value
+        return missing
+
+
+def decode_header_value(raw: str) -> str:
+    """Decode one `Mcp-Name`/`Mcp-Param-*` value: trim, then unwrap `=?base64?...?=` strictly.
+
+    A value without both the prefix and the suffix is literal. Raises:
+        HeaderMismatch: invalid base64 inside the sentinel, or non-visible-ASCII characters (-32020).
+    """
+    value = raw.strip()
+    if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= len(_B64_PREFIX + _B64_SUFFIX):
+        encoded = value[len(_B64_PREFIX) : -len(_B64_SUFFIX)]
+        if len(encoded) % 4 != 0 or not _B64_STRICT.match(encoded):
+            raise HeaderMismatch("Header value has invalid base64 inside the =?base64?...?= sentinel")
+        try:
+            return base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise HeaderMismatch("Header value has invalid base64 inside the =?base64?...?= sentinel") from exc
+    if not _VISIBLE_ASCII.match(value):
+        raise HeaderMismatch("Header value has characters outside visible ASCII; send it as =?base64?...?=")
+    return value
+
+
+def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEnvelope:
+    """Validate `_meta`, the routing headers and the protocol version of one request, in spec order.
+
+    Raises:
+        InvalidParams: `params._meta` or one of its required keys is missing or mistyped (-32602, HTTP 400).
+        HeaderMismatch: `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` is missing or differs from the body (-32020).
+        UnsupportedProtocolVersion: the requested version is not served (-32022, `data = {supported, requested}`).
+    """
+    meta = message.params.get("_meta")
+    if not isinstance(meta, dict):
+        raise InvalidParams(
+            "Invalid params: params._meta is required on every 2026-07-28 request "
+            f"(with {constants.META_PROTOCOL_VERSION!r} and {constants.META_CLIENT_CAPABILITIES!r})"
+        )
+    version = meta.get(constants.META_PROTOCOL_VERSION)
+    if not isinstance(version, str) or not version:
+        raise InvalidParams(f"Invalid params: _meta[{constants.META_PROTOCOL_VERSION!r}] is required (a string)")
+    capabilities = meta.get(constants.META_CLIENT_CAPABILITIES)
+    if not isinstance(capabilities, dict):
+        raise InvalidParams(f"Invalid params: _meta[{constants.META_CLIENT_CAPABILITIES!r}] is required (an object)")
+
+    header_version = headers.get(constants.HEADER_PROTOCOL_VERSION)
+    if header_version is None or header_version.strip() != version:
+        raise HeaderMismatch(
+            f"{constants.HEADER_PROTOCOL_VERSION} header must be present and equal "
+            f"_meta[{constants.META_PROTOCOL_VERSION!r}] ({version!r})"
+        )
+    header_method = headers.get(constants.HEADER_METHOD)
+    if header_method is None or header_method.strip() != message.method:
+        raise HeaderMismatch(f"{constants.HEADER_METHOD} header must be present and equal the body's method")
+    name_key = constants.NAME_BEARING_PARAMS.get(message.method)
+    if name_key is not None:
+        body_value = message.params.get(name_key)
+        header_name = headers.get(constants.HEADER_NAME)
+        if isinstance(body_value, str):
+            if header_name is None or decode_header_value(header_name) != body_value:
+                raise HeaderMismatch(
+                    f"{constants.HEADER_NAME} header must be present and equal params.{name_key} for {message.method}"
+                )
+    if version not in constants.SUPPORTED_PROTOCOL_VERSIONS:
+        raise UnsupportedProtocolVersion(version)
+    return RequestEnvelope(protocol_version=version, client_capabilities=capabilities, meta=meta)
+
+
+def header_bound_properties(input_schema: JsonObject) -> dict[str, str]:
+    """Map argument name → header suffix for top-level properties carrying `x-mcp-header` (SEP-2243)."""
+    properties = input_schema.get("properties")
+    bound: dict[str, str] = {}
+    if isinstance(properties, dict):
+        for name, schema in properties.items():
+            if isinstance(schema, dict) and isinstance(header := schema.get("x-mcp-header"), str):
+                bound[name] = header
+    return bound
+
+
+def check_param_headers(headers: Mapping[str, str], bound: Mapping[str, str], arguments: Mapping[str, Any]) -> None:
+    """Check each `Mcp-Param-<H>` against the body argument it mirrors.
+
+    Raises:
+        HeaderMismatch: a mirrored argument's header is missing, undecodable or different (-32020).
+    """
+    for argument, suffix in bound.items():
+        value = arguments.get(argument)
+        if value is None:
+            continue
+        expected = str(value).lower() if isinstance(value, bool) else str(value)
+        raw = headers.get(constants.HEADER_PARAM_PREFIX + suffix)
+        if raw is None or decode_header_value(raw) != expected:
+            raise HeaderMismatch(f"{constants.HEADER_PARAM_PREFIX}{suffix} header must be present and equal {argument}")

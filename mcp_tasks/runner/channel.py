@@ -1,0 +1,205 @@
+"""`WorkerChannel`: what the worker API does for a tool process, against the task store.
+
+Implements the runtime contract's semantics (`runtime.contract`): status messages, input requests
+with server-minted keys, hand-out of answers written by `tasks/update`, and the final result or
+error, sized against the inline cap (larger results become artifacts). Synchronous runs use the same
+calls but settle a future instead of a task record, and cannot ask for input.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Final
+
+from mcp_types import CallToolResult
+from pydantic import ValidationError
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks import results, transitions
+from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, transact
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.runner.executions import AskedForInput, Execution, Finished
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+_KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+Transition = Callable[[TaskRecord, datetime], TaskRecord]
+
+
+class ChannelError(Exception):
+    """A worker-API call that cannot be honoured; `status` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _validate_input_requests(requests: Mapping[str, object]) -> list[tuple[str, JsonObject]]:
+    checked: list[tuple[str, JsonObject]] = []
+    for key, request in requests.items():
+        if not _KEY.match(key):
+            raise ChannelError(400, f"input request key {key!r} must match [A-Za-z0-9_.-]{{1,64}}")
+        if not isinstance(request, dict) or request.get("method") not in constants.INPUT_METHOD_CAPABILITY:
+            raise ChannelError(
+                400, f"inputRequests[{key!r}] must be {{method, params}} with method one of "
+                f"{sorted(constants.INPUT_METHOD_CAPABILITY)}"
+            )
+        params = request.get("params", {})
+        if not isinstance(params, dict):
+            raise ChannelError(400, f"inputRequests[{key!r}].params must be an object")
+        checked.append((key, {"method": request["method"], "params": params}))
+    return checked
+
+
+class WorkerChannel:
+    """The worker API's operations.
+
+    Args:
+        store: the task store.
+        artifacts: where results over `inline_result_max_bytes` go.
+        clock: UTC time source.
+        inline_result_max_bytes: largest result kept inline in the record and the response, in bytes.
+    """
+
+    def __init__(
+        self, store: TaskStore, artifacts: ArtifactStore, clock: Clock, inline_result_max_bytes: int
+    ) -> None:
+        self.store = store
+        self.artifacts = artifacts
+        self.clock = clock
+        self.inline_result_max_bytes = inline_result_max_bytes
+
+    async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
+        assert execution.task_id is not None  # noqa: S101  # callers check synchronous runs first
+        try:
+            record, _ = await transact(self.store, execution.task_id, lambda r: (change(r, self.clock()), None))
+        except IllegalTransition as exc:
+            raise ChannelError(409, f"the task already finished: {exc}") from exc
+        except TaskNotFound as exc:
+            raise ChannelError(409, "the task no longer exists") from exc
+        return record
+
+    async def set_status_message(self, execution: Execution, message: str) -> None:
+        """Set `statusMessage` (bounded to 1,000 characters)."""
+        if execution.task_id is None:
+            return
+        await self._change(execution, lambda r, now: transitions.set_status_message(r, message[:1000], now))
+
+    async def ask(self, execution: Execution, requests: Mapping[str, object]) -> dict[str, str]:
+        """Issue input requests; return suggested key → minted key.
+
+        Raises:
+            ChannelError: 400 for malformed requests; 409 for a synchronous run or a finished task.
+        """
+        checked = _validate_input_requests(requests)
+        if execution.task_id is None:
+            execution.settle(AskedForInput())
+            raise ChannelError(409, "a synchronous run cannot ask for input; the tool must run as a task")
+        minted: list[str] = []
+
+        def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+            updated, keys = transitions.add_input_requests(record, checked, self.clock())
+            minted[:] = keys
+            return updated, None
+
+        try:
+            await transact(self.store, execution.task_id, change)
+        except IllegalTransition as exc:
+            raise ChannelError(409, f"the task already finished: {exc}") from exc
+        return {suggested: key for (suggested, _), key in zip(checked, minted, strict=True)}
+
+    async def take_responses(self, execution: Execution, keys: list[str], wait_s: float) -> JsonObject:
+        """Hand out answered responses for `keys`, waiting up to `wait_s` seconds for at least one.
+
+        Raises:
+            ChannelError: 409 when the run is synchronous or the task finished.
+        """
+        if execution.task_id is None:
+            raise ChannelError(409, "a synchronous run has no input responses")
+        task_id = execution.task_id
+        deadline = self.clock().timestamp() + wait_s
+        while True:
+            try:
+                record, taken = await transact(
+                    self.store, task_id, lambda r: transitions.take_input_responses(r, keys)
+                )
+            except TaskNotFound as exc:
+                raise ChannelError(409, "the task no longer exists") from exc
+            if taken:
+                return taken
+            if record.status.is_terminal:
+                raise ChannelError(409, f"the task is {record.status}")
+            remaining = deadline - self.clock().timestamp()
+            if remaining <= 0:
+                return {}
+            await self.store.wait_for_change(remaining)
+
+    async def finish(self, execution: Execution, body: Mapping[str, object]) -> None:
+        """Record the tool's final `{result}` or `{error, statusMessage}`.
+
+        Raises:
+            ChannelError: 400 for a malformed body, 409 when the execution already finished.
+        """
+        outcome = self._parse_outcome(body)
+        if execution.task_id is None:
+            if outcome.result is not None and len(results.encode(outcome.result)) > self.inline_result_max_bytes:
+                outcome = Finished(
+                    result={
+                        "content": [{"type": "text", "text": "The result is too large for a synchronous call; "
+                                     "call this tool with the tasks extension to receive it as a resource link"}],
+                        "isError": True,
+                    }
+                )
+            if not execution.settle(outcome):
+                raise ChannelError(409, "the execution already finished")
+            return
+        task_id = execution.task_id
+        if outcome.result is not None:
+            encoded = results.encode(outcome.result)
+            if len(encoded) > self.inline_result_max_bytes:
+                try:
+                    uri = await self.artifacts.put(
+                        task_id, results.RESULT_ARTIFACT_NAME, encoded, results.RESULT_ARTIFACT_MIME
+                    )
+                except ValueError as exc:
+                    raise ChannelError(413, str(exc)) from exc
+                outcome = Finished(result=results.linked_result(uri, len(encoded), bool(outcome.result.get("isError"))))
+            final_result = outcome.result
+            assert final_result is not None  # noqa: S101  # narrowed above
+
+            def complete(record: TaskRecord, now: datetime) -> TaskRecord:
+                return transitions.complete(record, final_result, now, status_message=record.status_message)
+
+            await self._change(execution, complete)
+        else:
+            error = outcome.error or {}
+            message = outcome.status_message or str(error.get("message"))
+            await self._change(execution, lambda r, now: transitions.fail(r, error, message, now))
+        execution.settle(outcome)
+
+    @staticmethod
+    def _parse_outcome(body: Mapping[str, object]) -> Finished:
+        result = body.get("result")
+        error = body.get("error")
+        if isinstance(result, dict):
+            try:
+                validated = CallToolResult.model_validate(result)
+            except ValidationError as exc:
+                raise ChannelError(400, f"result is not a valid CallToolResult: {exc.errors()[0]['msg']}") from exc
+            cleaned = validated.model_dump(by_alias=True, mode="json", exclude_none=True)
+            cleaned.pop("resultType", None)
+            return Finished(result=cleaned)
+        if isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str):
+            status_message = body.get("statusMessage")
+            return Finished(
+                error={k: v for k, v in error.items() if k in {"code", "message", "data"}},
+                status_message=status_message[:1000] if isinstance(status_message, str) else None,
+            )
+        raise ChannelError(400, "body must be {result: CallToolResult} or {error: {code: int, message: str}}")
+

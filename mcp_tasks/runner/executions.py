@@ -1,0 +1,86 @@
+"""Live executions: one per running tool process, task or synchronous, addressed by the worker API.
+
+An execution holds the per-process worker token and, for a synchronous run, the future its result
+arrives on. It is process memory on purpose: a process cannot outlive the lease that covers it, and
+after a restart the lease rules (not this table) decide what happens to its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks.tools import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The tool posted its result (`result`: a `CallToolResult`) or a JSON-RPC `error`."""
+
+    result: JsonObject | None = None
+    error: JsonObject | None = None
+    status_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AskedForInput:
+    """A synchronous run asked for input, which only a task can wait for."""
+
+
+Outcome = Finished | AskedForInput
+
+
+@dataclass(slots=True)
+class Execution:
+    """One tool process's view on the worker API.
+
+    `task_id` is `None` for a synchronous run; `outcome` resolves when the tool posts its result.
+    """
+
+    tool: ToolSpec
+    arguments: JsonObject
+    task_id: str | None
+    attempt: int = 1
+    pre_input_responses: JsonObject = field(default_factory=dict)
+    execution_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def authorizes(self, presented: str) -> bool:
+        """Constant-time check of a presented bearer token."""
+        return hmac.compare_digest(presented.encode(), self.token.encode())
+
+    def settle(self, outcome: Outcome) -> bool:
+        """Record the outcome once; False when one was already recorded."""
+        if self.outcome.done():
+            return False
+        self.outcome.set_result(outcome)
+        return True
+
+
+class ExecutionTable:
+    """Executions by id, for the worker API to find the one a request addresses."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Execution] = {}
+
+    def add(self, execution: Execution) -> None:
+        """Register an execution before its process starts."""
+        self._by_id[execution.execution_id] = execution
+
+    def remove(self, execution: Execution) -> None:
+        """Forget an execution after its process exited."""
+        self._by_id.pop(execution.execution_id, None)
+
+    def find(self, execution_id: str, token: str) -> Execution | None:
+        """The execution if `token` is its own, else `None` (unknown and unauthorized look alike)."""
+        execution = self._by_id.get(execution_id)
+        if execution is None or not execution.authorizes(token):
+            return None
+        return execution
+
+    def __len__(self) -> int:
+        return len(self._by_id)

@@ -1,0 +1,123 @@
+"""The worker API on loopback: the HTTP side of the tool runtime contract (`runtime.contract`).
+
+Routes `/v1/executions/{id}/...`; every call must carry the execution's own bearer token, so a
+tool process can act only on its own execution. Bodies are bounded (`max_body_bytes`). The
+semantics live in `WorkerChannel` (runner.channel); this module only speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Final
+
+from aiohttp import web
+
+from mcp_tasks.runner.channel import ChannelError, WorkerChannel
+from mcp_tasks.runner.executions import Execution, ExecutionTable
+from mcp_tasks.runtime import contract
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionTable)
+CHANNEL_KEY: Final = web.AppKey("channel", WorkerChannel)
+
+
+def _execution(request: web.Request) -> Execution:
+    auth = request.headers.get("Authorization", "")
+    token = auth[7:] if auth.startswith("Bearer ") else ""
+    execution = request.app[EXECUTIONS_KEY].find(request.match_info["execution_id"], token)
+    if execution is None:
+        raise web.HTTPNotFound(text="unknown execution or wrong token")
+    return execution
+
+
+async def _json_body(request: web.Request) -> dict[str, object]:
+    try:
+        body = await request.json(loads=json.loads)
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text="body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="body must be a JSON object")
+    return body
+
+
+async def get_input(request: web.Request) -> web.Response:
+    """GET /input → arguments and pre-task input responses."""
+    execution = _execution(request)
+    return web.json_response(
+        {
+            "arguments": execution.arguments,
+            "inputResponses": execution.pre_input_responses,
+            "taskId": execution.task_id,
+            "attempt": execution.attempt,
+        }
+    )
+
+
+async def post_status(request: web.Request) -> web.Response:
+    """POST /status {statusMessage} → 204."""
+    execution = _execution(request)
+    body = await _json_body(request)
+    message = body.get("statusMessage")
+    if not isinstance(message, str):
+        return web.Response(status=400, text="statusMessage must be a string")
+    try:
+        await request.app[CHANNEL_KEY].set_status_message(execution, message)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
+    return web.Response(status=204)
+
+
+async def post_input_requests(request: web.Request) -> web.Response:
+    """POST /input-requests {inputRequests} → {keys: {suggested: minted}}."""
+    execution = _execution(request)
+    body = await _json_body(request)
+    requests = body.get("inputRequests")
+    if not isinstance(requests, dict) or not requests:
+        return web.Response(status=400, text="inputRequests must be a non-empty object of {method, params}")
+    try:
+        keys = await request.app[CHANNEL_KEY].ask(execution, requests)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
+    return web.json_response({"keys": keys})
+
+
+async def get_input_responses(request: web.Request) -> web.Response:
+    """GET /input-responses?keys=a,b&waitMs=N → {inputResponses}."""
+    execution = _execution(request)
+    keys = [key for key in request.query.get("keys", "").split(",") if key]
+    try:
+        wait_ms = min(int(request.query.get("waitMs", "0")), contract.MAX_WAIT_MS)
+    except ValueError:
+        return web.Response(status=400, text="waitMs must be an integer")
+    try:
+        responses = await request.app[CHANNEL_KEY].take_responses(execution, keys, wait_ms / 1000)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
+    return web.json_response({"inputResponses": responses})
+
+
+async def post_result(request: web.Request) -> web.Response:
+    """POST /result {result} | {error, statusMessage} → 204."""
+    execution = _execution(request)
+    body = await _json_body(request)
+    try:
+        await request.app[CHANNEL_KEY].finish(execution, body)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
+    return web.Response(status=204)
+
+
+def create_worker_app(executions: ExecutionTable, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
+    """The worker API application (serve it on 127.0.0.1 only)."""
+    app = web.Application(client_max_size=max_body_bytes)
+    app[EXECUTIONS_KEY] = executions
+    app[CHANNEL_KEY] = channel
+    base = "/v1/executions/{execution_id}"
+    app.router.add_get(base + contract.PATH_INPUT, get_input)
+    app.router.add_post(base + contract.PATH_STATUS, post_status)
+    app.router.add_post(base + contract.PATH_INPUT_REQUESTS, post_input_requests)
+    app.router.add_get(base + contract.PATH_INPUT_RESPONSES, get_input_responses)
+    app.router.add_post(base + contract.PATH_RESULT, post_result)
+    return app

@@ -1,0 +1,9 @@
+"""Tool-side runtime: what a tool process imports (standard library only).
+
+See `docs/tool-runtime.md` for the plain-HTTP contract behind it.
+"""
+
+from mcp_tasks.runtime import contract
+from mcp_tasks.runtime.tool import ProtocolFailure, ToolContext, ToolError, WorkerApiError, run, text_result
+
+__all__ = ["ProtocolFailure", "ToolContext", "ToolError", "WorkerApiError", "contract", "run", "text_result"]

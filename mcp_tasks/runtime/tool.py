@@ -1,0 +1,171 @@
+"""What a tool author imports: read arguments, report progress, ask for input, finish with a result.
+
+Standard library only, so it works in any container with Python 3.11+. Talks to the worker API
+named by the environment (`contract`). A tool written with it runs unchanged under the embedded
+runner and (later) the Kubernetes operator.
+
+Example:
+    from mcp_tasks.runtime import ToolContext, run
+
+    def main(ctx: ToolContext) -> str:
+        answer = ctx.elicit("name", "Please enter your name.", {"name": {"type": "string"}})
+        return f"Hello, {answer['content']['name']}!"
+
+    run(main)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from mcp_tasks.runtime import contract
+
+Json = dict[str, Any]
+
+
+class ToolError(Exception):
+    """Raise to finish with a tool error: `completed` with `isError: true` and this message (SEP-1303)."""
+
+
+class ProtocolFailure(Exception):
+    """Raise to finish `failed` with a JSON-RPC error `{code, message}` (an infrastructure-level failure)."""
+
+    def __init__(self, message: str, code: int = -32603, data: Json | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+
+class WorkerApiError(RuntimeError):
+    """The worker API refused a call (HTTP status and its message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"worker API answered {status}: {message}")
+        self.status = status
+
+
+class ToolContext:
+    """The running tool's view of its execution.
+
+    Attributes:
+        arguments: the validated `tools/call` arguments.
+        input_responses: answers to the tool's `inputBeforeTask` requests (pre-creation MRTR), by key.
+        task_id: the MCP `taskId`, or `None` for a synchronous run.
+        attempt: 1 for the first run; higher when an idempotent task was restarted.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0) -> None:
+        self._url = (url or os.environ[contract.ENV_WORKER_URL]).rstrip("/")
+        self._token = token or os.environ[contract.ENV_WORKER_TOKEN]
+        self._timeout_s = timeout_s
+        start = self._call("GET", contract.PATH_INPUT)
+        self.arguments: Json = start.get("arguments") or {}
+        self.input_responses: Json = start.get("inputResponses") or {}
+        self.task_id: str | None = start.get("taskId")
+        self.attempt: int = int(start.get("attempt") or 1)
+
+    def _call(self, method: str, path: str, body: Json | None = None, timeout_s: float | None = None) -> Json:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self._url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self._token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s or self._timeout_s) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")
+            raise WorkerApiError(exc.code, detail) from exc
+        return json.loads(payload) if payload else {}
+
+    def report(self, message: str) -> None:
+        """Set the task's `statusMessage` (progress for long work; shown on `tasks/get`)."""
+        self._call("POST", contract.PATH_STATUS, {"statusMessage": message})
+
+    def ask(self, requests: Mapping[str, Json]) -> dict[str, Json]:
+        """Issue input requests and block until every one is answered.
+
+        Args:
+            requests: suggested key → bare input request `{method, params}`. The server mints the real
+                keys (never reusing one within the task's life).
+
+        Returns:
+            suggested key → the client's response (e.g. an `ElicitResult` `{action, content?}`).
+
+        Raises:
+            WorkerApiError: 409 when this run is synchronous (only a task can wait for input).
+        """
+        minted: dict[str, str] = self._call("POST", contract.PATH_INPUT_REQUESTS, {"inputRequests": dict(requests)})[
+            "keys"
+        ]
+        by_key = {key: suggested for suggested, key in minted.items()}
+        answers: dict[str, Json] = {}
+        while len(answers) < len(by_key):
+            waiting = [key for key in by_key if by_key[key] not in answers]
+            query = urllib.parse.urlencode({"keys": ",".join(waiting), "waitMs": contract.MAX_WAIT_MS})
+            got = self._call(
+                "GET", f"{contract.PATH_INPUT_RESPONSES}?{query}", timeout_s=contract.MAX_WAIT_MS / 1000 + 30
+            )
+            for key, response in (got.get("inputResponses") or {}).items():
+                if key in by_key:
+                    answers[by_key[key]] = response
+        return answers
+
+    def elicit(self, key: str, message: str, properties: Json, required: list[str] | None = None) -> Json:
+        """Ask the user for a form (`elicitation/create`, form mode) and return the `ElicitResult`."""
+        request = {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": message,
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": list(properties) if required is None else required,
+                },
+            },
+        }
+        return self.ask({key: request})[key]
+
+    def finish(self, result: Json) -> None:
+        """Post the final `CallToolResult` (`{content, structuredContent?, isError?}`)."""
+        self._call("POST", contract.PATH_RESULT, {"result": result})
+
+    def fail(self, failure: ProtocolFailure) -> None:
+        """Post a JSON-RPC error: the task ends `failed`."""
+        error: Json = {"code": failure.code, "message": str(failure)}
+        if failure.data is not None:
+            error["data"] = failure.data
+        self._call("POST", contract.PATH_RESULT, {"error": error, "statusMessage": str(failure)})
+
+
+def text_result(text: str, is_error: bool = False) -> Json:
+    """A `CallToolResult` with one text block."""
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def run(main: Callable[[ToolContext], Json | str]) -> NoReturn:
+    """Run a tool: build the context, call `main`, post what it returns, exit.
+
+    `main` returns a `CallToolResult` dict or a plain string (one text block). `ToolError` finishes with
+    `isError: true`; `ProtocolFailure` finishes `failed`. Any other exception escapes (non-zero exit):
+    the executor then reports `isError: true` with the tail of stderr.
+    """
+    ctx = ToolContext()
+    try:
+        outcome = main(ctx)
+    except ToolError as exc:
+        ctx.finish(text_result(str(exc), is_error=True))
+        sys.exit(0)
+    except ProtocolFailure as exc:
+        ctx.fail(exc)
+        sys.exit(0)
+    ctx.finish(text_result(outcome) if isinstance(outcome, str) else outcome)
+    sys.exit(0)

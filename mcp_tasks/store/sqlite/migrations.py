@@ -1,0 +1,35 @@
+"""Schema migrations of the SQLite task store, applied in order and tracked in `PRAGMA user_version`.
+
+Append a new script to `MIGRATIONS` to change the schema; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: the task table. Indexed columns are the ones queries filter on; the rest is one JSON body.
+    """
+    CREATE TABLE tasks (
+        task_id              TEXT PRIMARY KEY,
+        tenant               TEXT NOT NULL,
+        subject              TEXT NOT NULL,
+        tool                 TEXT NOT NULL,
+        status               TEXT NOT NULL,
+        created_at_ms        INTEGER NOT NULL,
+        last_updated_at_ms   INTEGER NOT NULL,
+        ttl_ms               INTEGER NOT NULL,
+        expires_at_ms        INTEGER NOT NULL,
+        lease_holder         TEXT,
+        lease_expires_at_ms  INTEGER,
+        version              INTEGER NOT NULL,
+        body                 TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX tasks_runnable ON tasks (created_at_ms)
+        WHERE status IN ('working', 'input_required');
+    CREATE INDEX tasks_expiry ON tasks (expires_at_ms)
+        WHERE status IN ('completed', 'failed', 'cancelled');
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -1,0 +1,287 @@
+"""`SqliteTaskStore`: the embedded default's durable task store (aiosqlite, WAL, `synchronous=FULL`).
+
+`create` returns after the INSERT is committed and fsynced, so a task handle never leaves before
+`tasks/get` can read it, even across `kill -9`. Every update is `UPDATE ... WHERE version = ?`
+(compare-and-swap). Several processes may share one file; in-process waiters are woken at once,
+other processes' writes are seen on the next poll. Backend errors become domain errors here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+import aiosqlite
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
+from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.interfaces import Clock, utc_now
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import Lease, TaskRecord, from_epoch_ms, to_epoch_ms
+
+logger = logging.getLogger("mcp_tasks.store.sqlite")
+
+DEFAULT_MAX_ROW_BYTES: Final = 1024 * 1024
+"""Upper bound of one stored record body, in bytes: a backstop behind the inline-result cap."""
+
+_COLUMNS: Final = (
+    "task_id, tenant, subject, tool, status, created_at_ms, last_updated_at_ms, ttl_ms, expires_at_ms, "
+    "lease_holder, lease_expires_at_ms, version, body"
+)
+_NON_TERMINAL: Final = "('working', 'input_required')"
+_TERMINAL: Final = "('completed', 'failed', 'cancelled')"
+
+
+def _ms(moment: datetime | None) -> int | None:
+    return None if moment is None else to_epoch_ms(moment)
+
+
+def _encode_body(record: TaskRecord) -> str:
+    body: JsonObject = {
+        "arguments": record.arguments,
+        "statusMessage": record.status_message,
+        "pollIntervalMs": record.poll_interval_ms,
+        "inputRequests": record.input_requests,
+        "issuedInputKeys": list(record.issued_input_keys),
+        "inputResponses": record.input_responses,
+        "preInputResponses": record.pre_input_responses,
+        "cancelRequestedAtMs": _ms(record.cancel_requested_at),
+        "cancelRequestedBy": record.cancel_requested_by,
+        "result": record.result,
+        "error": record.error,
+        "attempt": record.attempt,
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
+    (task_id, tenant, subject, tool, status, created, updated, ttl_ms, _expires, holder, lease_exp, version, body) = row
+    data = json.loads(body)
+    cancel_ms = data.get("cancelRequestedAtMs")
+    return TaskRecord(
+        task_id=TaskId(task_id),
+        owner=Owner(tenant=tenant, subject=subject),
+        tool=tool,
+        arguments=data["arguments"],
+        status=TaskStatus(status),
+        created_at=from_epoch_ms(created),
+        last_updated_at=from_epoch_ms(updated),
+        ttl_ms=ttl_ms,
+        poll_interval_ms=data["pollIntervalMs"],
+        status_message=data.get("statusMessage"),
+        input_requests=data.get("inputRequests") or {},
+        issued_input_keys=tuple(data.get("issuedInputKeys") or ()),
+        input_responses=data.get("inputResponses") or {},
+        pre_input_responses=data.get("preInputResponses") or {},
+        cancel_requested_at=None if cancel_ms is None else from_epoch_ms(cancel_ms),
+        cancel_requested_by=data.get("cancelRequestedBy"),
+        result=data.get("result"),
+        error=data.get("error"),
+        lease=None if holder is None else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp)),
+        attempt=data.get("attempt", 0),
+        version=version,
+    )
+
+
+class SqliteTaskStore:
+    """A `TaskStore` on one SQLite file. Use `open()` / `aclose()` (or `async with`).
+
+    Args:
+        path: the database file; its folder is created if missing.
+        poll_interval_s: how often `wait_for_change` returns on its own, to notice other processes' writes.
+        max_row_bytes: largest record body accepted, in bytes.
+        clock: source of "now" for expiry checks on reads.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        poll_interval_s: float = 0.25,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.max_row_bytes = max_row_bytes
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._changed = asyncio.Event()
+
+    async def __aenter__(self) -> SqliteTaskStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _connect(self) -> aiosqlite.Connection:
+        connection = await aiosqlite.connect(self.path, isolation_level=None)
+        await connection.execute("PRAGMA busy_timeout = 10000")
+        await connection.execute("PRAGMA journal_mode = WAL")
+        await connection.execute("PRAGMA synchronous = FULL")
+        return connection
+
+    async def open(self) -> None:
+        """Open the file (WAL, `synchronous=FULL`) and apply pending migrations."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = await self._connect()
+        await self._migrate(self._writer)
+        self._reader = await self._connect()
+
+    async def aclose(self) -> None:
+        """Close both connections."""
+        for connection in (self._reader, self._writer):
+            if connection is not None:
+                await connection.close()
+        self._reader = self._writer = None
+
+    @staticmethod
+    async def _migrate(connection: aiosqlite.Connection) -> None:
+        async with connection.execute("PRAGMA user_version") as cursor:
+            row = await cursor.fetchone()
+        current = int(row[0]) if row else 0
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"task database schema v{current} is newer than this build supports (v{SCHEMA_VERSION}); upgrade mcp-tasks"
+            )
+        for number in range(current, SCHEMA_VERSION):
+            await connection.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, MIGRATIONS[number].split(";")):
+                    await connection.execute(statement)
+                await connection.execute(f"PRAGMA user_version = {number + 1}")
+                await connection.execute("COMMIT")
+            except BaseException:
+                await connection.execute("ROLLBACK")
+                raise
+            logger.info("task database migrated to schema v%s", number + 1)
+
+    @property
+    def _w(self) -> aiosqlite.Connection:
+        if self._writer is None:
+            raise RuntimeError("SqliteTaskStore is not open; call open() first")
+        return self._writer
+
+    @property
+    def _r(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise RuntimeError("SqliteTaskStore is not open; call open() first")
+        return self._reader
+
+    def _row_values(self, record: TaskRecord, version: int) -> tuple[Any, ...]:
+        body = _encode_body(record)
+        if len(body) > self.max_row_bytes:
+            raise ResultTooLarge(
+                f"task {record.task_id}: record of {len(body)} bytes exceeds the store limit of {self.max_row_bytes}"
+            )
+        return (
+            record.task_id,
+            record.owner.tenant,
+            record.owner.subject,
+            record.tool,
+            record.status.value,
+            to_epoch_ms(record.created_at),
+            to_epoch_ms(record.last_updated_at),
+            record.ttl_ms,
+            to_epoch_ms(record.expires_at),
+            None if record.lease is None else record.lease.holder,
+            None if record.lease is None else to_epoch_ms(record.lease.expires_at),
+            version,
+            body,
+        )
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def create(self, record: TaskRecord) -> TaskRecord:
+        """Insert and commit (fsync) a new record; return it at version 1."""
+        values = self._row_values(record, 1)
+        try:
+            await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
+        except sqlite3.IntegrityError as exc:
+            raise VersionConflict(f"task {record.task_id} already exists") from exc
+        self._notify()
+        return _replace_version(record, 1)
+
+    async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
+        """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`."""
+        async with self._r.execute(f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            raise TaskNotFound(task_id)
+        record = _decode_row(row)
+        if owner is not None and record.owner != owner:
+            raise TaskNotFound(task_id)
+        if owner is not None and record.is_expired(self.clock()):
+            raise TaskNotFound(task_id)
+        return record
+
+    async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
+        """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed."""
+        values = self._row_values(record, record.version + 1)
+        cursor = await self._w.execute(
+            "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, ttl_ms=?, "
+            "expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? WHERE task_id=? AND version=?",
+            (*values[1:], record.task_id, record.version),
+        )
+        if cursor.rowcount == 0:
+            async with self._w.execute("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,)) as check:
+                exists = await check.fetchone()
+            if exists is None:
+                raise TaskNotFound(record.task_id)
+            raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
+        self._notify()
+        return _replace_version(record, record.version + 1)
+
+    async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
+        """Non-terminal tasks without a live lease, oldest first."""
+        async with self._r.execute(
+            f"SELECT {_COLUMNS} FROM tasks WHERE status IN {_NON_TERMINAL} "
+            "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
+            (to_epoch_ms(now), limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_decode_row(row) for row in rows]
+
+    async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
+        """Delete terminal tasks past `created_at + ttl_ms`; return their ids."""
+        async with self._w.execute(
+            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
+            "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
+            (to_epoch_ms(now), limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        if rows:
+            self._notify()
+        return [str(row[0]) for row in rows]
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Wait for a write by this process, or `min(timeout_s, poll_interval_s)` for other processes'."""
+        event = self._changed
+        try:
+            async with asyncio.timeout(min(timeout_s, self.poll_interval_s)):
+                await event.wait()
+        except TimeoutError:
+            return
+
+    async def count(self) -> int:
+        """Number of stored records (any status); for operators and benchmarks."""
+        async with self._r.execute("SELECT COUNT(*) FROM tasks") as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+
+def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
+    return dataclasses.replace(record, version=version)

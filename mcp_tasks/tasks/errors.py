@@ -1,0 +1,35 @@
+"""Domain errors of the task model. They know nothing of JSON-RPC; the gateway maps them by a table."""
+
+from __future__ import annotations
+
+
+class TaskError(Exception):
+    """Base of every domain error."""
+
+
+class TaskNotFound(TaskError):
+    """No task with this id is visible to the caller: never created, expired, or owned by someone else."""
+
+
+class VersionConflict(TaskError):
+    """A compare-and-swap write lost: the record changed since it was read. Re-read and retry."""
+
+
+class IllegalTransition(TaskError):
+    """The requested status change is not in the transition table (terminal states never change)."""
+
+
+class LeaseLost(TaskError):
+    """The caller's worker lease on a task is gone (expired, or claimed by another holder)."""
+
+
+class ResultTooLarge(TaskError):
+    """A tool result exceeds the artifact limit and cannot be stored at all."""
+
+
+class ToolNotFound(TaskError):
+    """No tool of this name is in the catalog."""
+
+
+class InvalidToolManifest(TaskError):
+    """An `McpTool` manifest is malformed; the message names the file and the field."""

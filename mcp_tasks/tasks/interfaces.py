@@ -1,0 +1,170 @@
+"""The seams between the gateway and its deployments: `TaskStore`, `ToolCatalog`, `ArtifactStore`, `ToolExecutor`.
+
+The gateway talks only to these (ARCHITECTURE.md: "The gateway never knows which deployment it is
+in"). `store/sqlite` and (later) `store/kubernetes` implement `TaskStore`; the runner implements
+`ToolExecutor`. Also the one retry loop every read-modify-write uses (`transact`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol, TypeVar
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.tools import ToolSpec
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Source of the current UTC time (injected so tests can control it)."""
+
+    def __call__(self) -> datetime:
+        """Return now, timezone-aware UTC."""
+        ...
+
+
+def utc_now() -> datetime:
+    """The real clock."""
+    return datetime.now(UTC)
+
+
+class TaskStore(Protocol):
+    """Durable task records with compare-and-swap writes.
+
+    Consistency (ARCHITECTURE.md §Consistency rules): `create` returns only once any reader can `get`
+    the record; every other write is CAS on `version`.
+    """
+
+    async def create(self, record: TaskRecord) -> TaskRecord:
+        """Durably insert a new record and return it with its first `version`."""
+        ...
+
+    async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
+        """Return the record, checking `owner` when given.
+
+        Raises:
+            TaskNotFound: no such task, or it belongs to another owner, or it has expired (all look alike).
+        """
+        ...
+
+    async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
+        """Write `record` if the stored version still equals `record.version`; return it with the next version.
+
+        Raises:
+            VersionConflict: the stored record changed since it was read.
+            TaskNotFound: the record is gone.
+        """
+        ...
+
+    async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
+        """Non-terminal tasks with no lease or an expired one, oldest first, at most `limit`."""
+        ...
+
+    async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
+        """Delete up to `limit` terminal tasks past `created_at + ttl_ms`; return their ids."""
+        ...
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Return when any record may have changed, or after `timeout_s` seconds (whichever is first)."""
+        ...
+
+
+class ToolCatalog(Protocol):
+    """The declared tools (McpTool manifests), in a deterministic order."""
+
+    def list_tools(self) -> Sequence[ToolSpec]:
+        """All tools, sorted by the catalog's stable order."""
+        ...
+
+    def get_tool(self, name: str) -> ToolSpec | None:
+        """The tool named `name`, or `None`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A stored large result: bytes plus its MIME type."""
+
+    data: bytes
+    mime_type: str
+
+
+class ArtifactStore(Protocol):
+    """Storage for results larger than the inline cap, outside the task store (never in a row or etcd)."""
+
+    async def put(self, task_id: str, name: str, data: bytes, mime_type: str) -> str:
+        """Store an artifact and return its `mcptasks://artifacts/<taskId>/<name>` URI."""
+        ...
+
+    async def get(self, task_id: str, name: str) -> Artifact | None:
+        """The artifact, or `None` when absent."""
+        ...
+
+    async def delete_task(self, task_id: str) -> None:
+        """Delete every artifact of a task (TTL cleanup)."""
+        ...
+
+
+class InputNeeded(Exception):
+    """A synchronous run asked for input mid-run; only a task can wait for the answer."""
+
+
+class ToolExecutor(Protocol):
+    """Runs a tool synchronously (no task) for `tools/call` requests that are not task-augmented."""
+
+    async def run_inline(self, tool: ToolSpec, arguments: JsonObject, owner: Owner) -> JsonObject:
+        """Run `tool` to completion within `tool.execution.sync_timeout_seconds` and return its `CallToolResult`.
+
+        Raises:
+            InputNeeded: the tool asked for input, which a synchronous call cannot deliver.
+            TimeoutError: the run exceeded its bounded wait.
+        """
+        ...
+
+
+async def transact(
+    store: TaskStore,
+    task_id: str,
+    change: Callable[[TaskRecord], tuple[TaskRecord, T]],
+    owner: Owner | None = None,
+    attempts: int = 8,
+) -> tuple[TaskRecord, T]:
+    """Read-modify-write one task with compare-and-swap, retrying on conflict.
+
+    `change` is a pure function returning the new record and a value for the caller; when it returns
+    the very record it was given, nothing is written.
+
+    Raises:
+        TaskNotFound: the task is missing or not visible to `owner`.
+        VersionConflict: still conflicting after `attempts` tries.
+    """
+    for _ in range(attempts):
+        current = await store.get(task_id, owner)
+        updated, value = change(current)
+        if updated is current:
+            return current, value
+        try:
+            return await store.compare_and_swap(updated), value
+        except VersionConflict:
+            continue
+    raise VersionConflict(f"task {task_id}: too many concurrent writers, try again")
+
+
+__all__ = [
+    "Artifact",
+    "ArtifactStore",
+    "Clock",
+    "InputNeeded",
+    "TaskNotFound",
+    "TaskStore",
+    "ToolCatalog",
+    "ToolExecutor",
+    "transact",
+    "utc_now",
+]

@@ -1,0 +1,111 @@
+"""The task record: the single source of truth both stores hold (ARCHITECTURE.md §The task record).
+
+A frozen value; every change produces a new record through `tasks.transitions` and is written
+with compare-and-swap on `version`. Times are UTC `datetime`s inside the domain and milliseconds
+or ISO 8601 strings only at the wire (`to_wire_task`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import DetailedTask, TaskStatus
+from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.owner import Owner
+
+
+def iso_ms(moment: datetime) -> str:
+    """Format a UTC datetime as ISO 8601 with millisecond precision and a `Z` suffix."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    """UTC datetime → integer milliseconds since the Unix epoch."""
+    return int(moment.timestamp() * 1000)
+
+
+def from_epoch_ms(value: int) -> datetime:
+    """Integer milliseconds since the Unix epoch → UTC datetime."""
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on a task: who holds it and until when (UTC). Renewed while the work runs."""
+
+    holder: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One task, as stored.
+
+    Shapes: `arguments` is the tool's argument object. `input_requests` maps each *pending* key to a
+    bare `{method, params}` input request; `issued_input_keys` lists every key ever issued, in order,
+    so none is reused; `input_responses` holds answered responses not yet consumed by the worker.
+    `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
+    `result` is the inlined `CallToolResult` (≤ the inline cap; larger results are artifacts) and
+    `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`; `version` is the CAS counter.
+    """
+
+    task_id: TaskId
+    owner: Owner
+    tool: str
+    arguments: JsonObject
+    status: TaskStatus
+    created_at: datetime
+    last_updated_at: datetime
+    ttl_ms: int
+    poll_interval_ms: int
+    status_message: str | None = None
+    input_requests: dict[str, JsonObject] = field(default_factory=dict)
+    issued_input_keys: tuple[str, ...] = ()
+    input_responses: dict[str, JsonObject] = field(default_factory=dict)
+    pre_input_responses: dict[str, JsonObject] = field(default_factory=dict)
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
+    result: JsonObject | None = None
+    error: JsonObject | None = None
+    lease: Lease | None = None
+    attempt: int = 0
+    version: int = 0
+
+    @property
+    def expires_at(self) -> datetime:
+        """`created_at + ttl_ms`: after this a *finished* task is gone (running tasks never expire)."""
+        return self.created_at + timedelta(milliseconds=self.ttl_ms)
+
+    def is_expired(self, now: datetime) -> bool:
+        """True when the task is terminal and past `created_at + ttl_ms` (SEP-2663 TTL)."""
+        return self.status.is_terminal and now >= self.expires_at
+
+    def to_wire_task(self) -> DetailedTask:
+        """The `DetailedTask` that `tasks/get` and `notifications/tasks` carry for this record."""
+        return DetailedTask(
+            task_id=self.task_id,
+            status=self.status,
+            status_message=self.status_message,
+            created_at=iso_ms(self.created_at),
+            last_updated_at=iso_ms(self.last_updated_at),
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+            input_requests=dict(self.input_requests) if self.status is TaskStatus.INPUT_REQUIRED else None,
+            result=strip_related_task(self.result) if self.status is TaskStatus.COMPLETED else None,
+            error=self.error if self.status is TaskStatus.FAILED else None,
+        )
+
+
+def strip_related_task(result: JsonObject | None) -> JsonObject | None:
+    """Drop the legacy `related-task` `_meta` key from an inlined result (SEP-2663 forbids it there)."""
+    if result is None:
+        return None
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and constants.META_RELATED_TASK in meta:
+        cleaned: dict[str, Any] = {k: v for k, v in meta.items() if k != constants.META_RELATED_TASK}
+        return {**result, "_meta": cleaned}
+    return result

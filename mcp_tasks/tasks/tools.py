@@ -1,0 +1,194 @@
+"""The `McpTool` manifest: how a tool is declared, listed and executed.
+
+One manifest format serves both deployments (ARCHITECTURE.md §Two deployments): the embedded
+runner runs `spec.container.command` as a local process; the operator runs `spec.container.image`
+as a Job. `spec.execution.taskPolicy` decides, per request, whether a `tools/call` becomes a task
+(SEP-2663 leaves this to the server; there is no wire field). Parsing only; no file I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp_types import Tool, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks.errors import InvalidToolManifest
+
+API_VERSION: Final = "mcptasks.io/v1alpha1"
+KIND_TOOL: Final = "McpTool"
+TOOL_NAME_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,128}$"
+
+
+class TaskPolicy(StrEnum):
+    """Whether a `tools/call` of this tool becomes a task (our server-side policy, SEP-2663 Negotiation).
+
+    `never`: always answered synchronously, even when the client declared the extension (fast,
+    deterministic queries). `optional`: a task when the request declared the extension, otherwise
+    run synchronously within the tool's bounded wait. `required`: a task; a request without the
+    extension gets -32021.
+    """
+
+    NEVER = "never"
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ExecutionSpec(_Spec):
+    """`spec.execution` of an McpTool."""
+
+    task_policy: TaskPolicy = Field(TaskPolicy.OPTIONAL, alias="taskPolicy")
+    idempotent: bool = False
+    """May a run whose outcome is unknown (lease lost) be started again from scratch?"""
+    max_run_time_seconds: float = Field(600.0, alias="maxRunTimeSeconds", gt=0)
+    """Wall-clock limit of one run, in seconds; past it the task is `failed`."""
+    sync_timeout_seconds: float = Field(30.0, alias="syncTimeoutSeconds", gt=0)
+    """Bounded wait for a synchronous (non-task) run, in seconds."""
+    poll_interval_ms: int = Field(1000, alias="pollIntervalMs", gt=0)
+    """`pollIntervalMs` suggested to clients for this tool's tasks."""
+    ttl_ms: int = Field(3_600_000, alias="ttlMs", gt=0)
+    """Retention of a finished task, counted from `createdAt`, in ms; raised while the task runs."""
+    cancel_grace_seconds: float = Field(5.0, alias="cancelGraceSeconds", ge=0)
+    """Time between SIGTERM and SIGKILL when a running task is cancelled, in seconds."""
+
+
+class EnvVar(_Spec):
+    """One `spec.container.env` entry, as in a Kubernetes container."""
+
+    name: str
+    value: str
+
+
+class ContainerSpec(_Spec):
+    """`spec.container`: the image (Kubernetes) and command (both deployments)."""
+
+    image: str | None = None
+    command: list[str] = Field(min_length=1)
+    env: list[EnvVar] = Field(default_factory=list)
+    working_dir: str | None = Field(None, alias="workingDir")
+
+
+class InputBeforeTask(_Spec):
+    """One input request a tool needs before any task exists (pre-creation MRTR, SEP-2322)."""
+
+    method: Literal["elicitation/create", "sampling/createMessage", "roots/list"]
+    params: JsonObject = Field(default_factory=dict)
+
+
+class ToolManifestSpec(_Spec):
+    """`spec` of an McpTool: the MCP `Tool` fields plus how to run it."""
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    title: str | None = None
+    description: str = Field(min_length=1)
+    input_schema: JsonObject = Field(alias="inputSchema")
+    output_schema: JsonObject | None = Field(None, alias="outputSchema")
+    annotations: JsonObject | None = None
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    required_client_capabilities: JsonObject = Field(default_factory=dict, alias="requiredClientCapabilities")
+    input_before_task: dict[str, InputBeforeTask] = Field(default_factory=dict, alias="inputBeforeTask")
+    container: ContainerSpec
+
+    @field_validator("input_schema")
+    @classmethod
+    def _object_schema(cls, schema: JsonObject) -> JsonObject:
+        if schema.get("type") != "object":
+            raise ValueError('inputSchema must have "type": "object" at its root (MCP 2026-07-28 Tool)')
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise ValueError(f"inputSchema is not a valid JSON Schema 2020-12: {exc.message}") from exc
+        return schema
+
+
+class ManifestMetadata(_Spec):
+    """`metadata` of a manifest (Kubernetes object metadata; only `name` is read)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+
+class ToolManifest(_Spec):
+    """A whole `McpTool` object: `{apiVersion, kind, metadata, spec}`."""
+
+    api_version: Literal["mcptasks.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["McpTool"]
+    metadata: ManifestMetadata
+    spec: ToolManifestSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A validated tool, ready to list and run.
+
+    `tool` is the wire `Tool` listed by `tools/list`; `source` names the manifest for error messages;
+    `base_dir` is the manifest's folder (the embedded runner's working directory).
+    """
+
+    manifest: ToolManifestSpec
+    tool: Tool
+    source: str
+    base_dir: str | None = None
+    validator: Draft202012Validator = field(repr=False, compare=False, default=None)  # type: ignore[assignment]  # set in __post_init__
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "validator", Draft202012Validator(self.manifest.input_schema))
+
+    @property
+    def name(self) -> str:
+        """The MCP tool name (`Tool.name`)."""
+        return self.manifest.name
+
+    @property
+    def execution(self) -> ExecutionSpec:
+        """Execution policy and limits."""
+        return self.manifest.execution
+
+    def argument_errors(self, arguments: JsonObject) -> list[str]:
+        """Validate `arguments` against `inputSchema`; return readable messages (empty when valid)."""
+        return [
+            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+            for error in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        ]
+
+
+def parse_manifest(document: Any, source: str, base_dir: str | None = None) -> ToolSpec:
+    """Validate one decoded `McpTool` document.
+
+    Args:
+        document: the decoded YAML/JSON object.
+        source: where it came from (a path or `namespace/name`), used in error messages.
+        base_dir: the manifest's folder; relative commands run there.
+
+    Raises:
+        InvalidToolManifest: the document is not a valid McpTool; the message names the field.
+    """
+    try:
+        manifest = ToolManifest.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidToolManifest(f"{source}: invalid McpTool at {where}: {first['msg']}") from exc
+    spec = manifest.spec
+    for key, request in spec.input_before_task.items():
+        if request.method not in constants.INPUT_METHOD_CAPABILITY:
+            raise InvalidToolManifest(f"{source}: spec.inputBeforeTask.{key}.method is not an input request method")
+    tool = Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=ToolAnnotations.model_validate(spec.annotations) if spec.annotations else None,
+    )
+    return ToolSpec(manifest=spec, tool=tool, source=source, base_dir=base_dir)

@@ -1,0 +1,214 @@
+"""The task state machine: legal transitions only, each a pure function `record → record`.
+
+Every transition bumps `last_updated_at` (ARCHITECTURE.md §Consistency rules). Input-request keys
+are minted here, once per task life, and never reused (SEP-2663 `tasks/update`: "Each key is unique
+for the task's lifetime"). Stores persist what these functions return, with compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Final
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost
+from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import Lease, TaskRecord, to_epoch_ms
+from mcp_tasks.tasks.tools import ToolSpec
+
+ALLOWED: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
+    TaskStatus.WORKING: frozenset(
+        {TaskStatus.INPUT_REQUIRED, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.INPUT_REQUIRED: frozenset(
+        {TaskStatus.WORKING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.FAILED: frozenset(),
+    TaskStatus.CANCELLED: frozenset(),
+}
+"""status → statuses it may move to. Terminal states move nowhere (SEP-2663 Task Status)."""
+
+
+def _move(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
+    if status is not record.status and status not in ALLOWED[record.status]:
+        raise IllegalTransition(f"task {record.task_id}: {record.status} → {status} is not allowed")
+    return dataclasses.replace(record, status=status, last_updated_at=now, **changes)  # type: ignore[arg-type]  # kwargs are record fields
+
+
+def new_task(
+    task_id: TaskId,
+    owner: Owner,
+    tool: ToolSpec,
+    arguments: JsonObject,
+    now: datetime,
+    pre_input_responses: JsonObject | None = None,
+) -> TaskRecord:
+    """A fresh `working` task for `tool`, with the tool's `ttlMs` and `pollIntervalMs`."""
+    return TaskRecord(
+        task_id=task_id,
+        owner=owner,
+        tool=tool.name,
+        arguments=arguments,
+        status=TaskStatus.WORKING,
+        created_at=now,
+        last_updated_at=now,
+        ttl_ms=tool.execution.ttl_ms,
+        poll_interval_ms=tool.execution.poll_interval_ms,
+        pre_input_responses=dict(pre_input_responses or {}),
+    )
+
+
+def keep_alive_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> int:
+    """`ttl_ms` that keeps a running task at least `retention_ms` from expiry (SEP-2663: ttlMs MAY change)."""
+    needed = to_epoch_ms(now) - to_epoch_ms(record.created_at) + retention_ms
+    return max(record.ttl_ms, needed)
+
+
+def claim(record: TaskRecord, holder: str, now: datetime, lease_duration: timedelta, retention_ms: int) -> TaskRecord:
+    """Give `holder` the worker lease and start a new attempt (status unchanged, version bumps in the store)."""
+    if record.status.is_terminal:
+        raise IllegalTransition(f"task {record.task_id} is {record.status}; there is nothing to run")
+    return dataclasses.replace(
+        record,
+        lease=Lease(holder=holder, expires_at=now + lease_duration),
+        attempt=record.attempt + 1,
+        ttl_ms=keep_alive_ttl(record, now, retention_ms),
+    )
+
+
+def renew(record: TaskRecord, holder: str, now: datetime, lease_duration: timedelta, retention_ms: int) -> TaskRecord:
+    """Extend `holder`'s lease and keep the task's TTL ahead of now.
+
+    Raises:
+        LeaseLost: the lease is held by someone else, or the task already finished.
+    """
+    if record.lease is None or record.lease.holder != holder or record.status.is_terminal:
+        raise LeaseLost(f"task {record.task_id}: lease is no longer held by {holder}")
+    return dataclasses.replace(
+        record,
+        lease=Lease(holder=holder, expires_at=now + lease_duration),
+        ttl_ms=keep_alive_ttl(record, now, retention_ms),
+    )
+
+
+def request_cancel(record: TaskRecord, requested_by: str, now: datetime) -> TaskRecord:
+    """Record a cancellation request. Idempotent; a terminal task is returned unchanged (SEP-2663 `tasks/cancel`)."""
+    if record.status.is_terminal or record.cancel_requested_at is not None:
+        return record
+    return dataclasses.replace(record, cancel_requested_at=now, cancel_requested_by=requested_by, last_updated_at=now)
+
+
+def mint_input_key(suggested: str, issued: Iterable[str]) -> str:
+    """A key never issued in this task's life: `suggested` itself if free, else `suggested-2`, `-3`, ..."""
+    taken = set(issued)
+    base = suggested if suggested and len(suggested) <= 64 else "input"
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def add_input_requests(
+    record: TaskRecord, requests: Iterable[tuple[str, JsonObject]], now: datetime
+) -> tuple[TaskRecord, list[str]]:
+    """Issue input requests (`(suggested key, {method, params})` pairs) and park the task in `input_required`.
+
+    Returns the new record and the minted keys, in request order.
+    """
+    issued = list(record.issued_input_keys)
+    pending = dict(record.input_requests)
+    minted: list[str] = []
+    for suggested, request in requests:
+        key = mint_input_key(suggested, issued)
+        issued.append(key)
+        pending[key] = request
+        minted.append(key)
+    updated = _move(
+        record,
+        TaskStatus.INPUT_REQUIRED if pending else record.status,
+        now,
+        input_requests=pending,
+        issued_input_keys=tuple(issued),
+    )
+    return updated, minted
+
+
+def answer_input_requests(record: TaskRecord, responses: Mapping[str, object], now: datetime) -> TaskRecord:
+    """Apply `tasks/update` answers: pending keys move to `input_responses`; others are ignored.
+
+    The task returns to `working` when nothing is pending. A terminal task, or an update that names
+    no pending key, returns the record unchanged (the update is still acknowledged).
+    """
+    if record.status.is_terminal:
+        return record
+    answered = {key: value for key, value in responses.items() if key in record.input_requests}
+    if not answered:
+        return record
+    pending = {key: value for key, value in record.input_requests.items() if key not in answered}
+    stored = dict(record.input_responses)
+    for key, value in answered.items():
+        stored[key] = value if isinstance(value, dict) else {"value": value}
+    status = TaskStatus.INPUT_REQUIRED if pending else TaskStatus.WORKING
+    return _move(record, status, now, input_requests=pending, input_responses=stored)
+
+
+def take_input_responses(record: TaskRecord, keys: Iterable[str]) -> tuple[TaskRecord, dict[str, JsonObject]]:
+    """Hand the worker the answered responses for `keys` and drop them from the record (consumed once)."""
+    wanted = set(keys)
+    taken = {key: value for key, value in record.input_responses.items() if key in wanted}
+    if not taken:
+        return record, {}
+    remaining = {key: value for key, value in record.input_responses.items() if key not in taken}
+    return dataclasses.replace(record, input_responses=remaining), taken
+
+
+def set_status_message(record: TaskRecord, message: str | None, now: datetime) -> TaskRecord:
+    """Set the human-readable `statusMessage` (progress for long work); status unchanged."""
+    if record.status.is_terminal:
+        raise IllegalTransition(f"task {record.task_id} is {record.status}; its statusMessage is final")
+    return dataclasses.replace(record, status_message=message, last_updated_at=now)
+
+
+def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
+    return _move(record, status, now, input_requests={}, input_responses={}, lease=None, **changes)
+
+
+def complete(record: TaskRecord, result: JsonObject, now: datetime, status_message: str | None = None) -> TaskRecord:
+    """`completed` with the tool's `CallToolResult` (including tool errors, `isError: true`)."""
+    inlined = {**result, "resultType": constants.RESULT_TYPE_COMPLETE}
+    return _finish(record, TaskStatus.COMPLETED, now, result=inlined, status_message=status_message)
+
+
+def fail(record: TaskRecord, error: JsonObject, status_message: str, now: datetime) -> TaskRecord:
+    """`failed` with a JSON-RPC error object `{code, message, data?}` and a `statusMessage` saying why."""
+    return _finish(record, TaskStatus.FAILED, now, error=error, status_message=status_message)
+
+
+def cancel(record: TaskRecord, now: datetime, status_message: str = "Cancelled at the client's request") -> TaskRecord:
+    """`cancelled`: the work stopped before it finished."""
+    return _finish(record, TaskStatus.CANCELLED, now, status_message=status_message)
+
+
+def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
+    """Prepare an idempotent task whose worker vanished for a fresh run.
+
+    Pending requests and unconsumed answers belong to the lost run and are dropped; issued keys are kept
+    so the new run can never reuse one.
+    """
+    return _move(
+        record,
+        TaskStatus.WORKING,
+        now,
+        input_requests={},
+        input_responses={},
+        lease=None,
+        status_message="Restarted after the previous worker was lost (tool is idempotent)",
+    )
