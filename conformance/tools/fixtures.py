@@ -62,14 +62,28 @@ def confirm_delete(ctx: ToolContext) -> str:
 def multi_input(ctx: ToolContext) -> str:
     answers = ctx.ask(
         {
-            "name": {"method": "elicitation/create", "params": {
-                "message": "Your name?",
-                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-            }},
-            "confirm": {"method": "elicitation/create", "params": {
-                "message": "Proceed?",
-                "requestedSchema": {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]},
-            }},
+            "name": {
+                "method": "elicitation/create",
+                "params": {
+                    "message": "Your name?",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}},
+                        "required": ["name"],
+                    },
+                },
+            },
+            "confirm": {
+                "method": "elicitation/create",
+                "params": {
+                    "message": "Proceed?",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"confirm": {"type": "boolean"}},
+                        "required": ["confirm"],
+                    },
+                },
+            },
         }
     )
     name = (answers["name"].get("content") or {}).get("name")

@@ -18,7 +18,12 @@ from mcp_tasks.tasks.errors import InvalidToolManifest
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        entry = {
+            "ts": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         for key in ("taskId", "tool", "tenant", "method"):
             if key in record.__dict__:
                 entry[key] = record.__dict__[key]
@@ -29,7 +34,9 @@ class _JsonFormatter(logging.Formatter):
 
 def _configure_logging(level: str, as_json: bool) -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(_JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
@@ -41,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 127.0.0.1; non-loopback needs --tokens) [MCPTASKS_HOST]")
     serve.add_argument("--port", type=int, help="TCP port (default 8000) [MCPTASKS_PORT]")
     serve.add_argument(
-        "--tools", action="append", type=Path, metavar="DIR",
+        "--tools",
+        action="append",
+        type=Path,
+        metavar="DIR",
         help="folder of McpTool manifests; repeatable (default examples/tools) [MCPTASKS_TOOLS]",
     )
     serve.add_argument("--data-dir", type=Path, help="database, artifacts and keys (default .data) [MCPTASKS_DATA_DIR]")
@@ -95,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mcptasks: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"mcptasks: cannot listen on {settings.serve.host}:{settings.serve.port}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"mcptasks: cannot listen on {settings.serve.host}:{settings.serve.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

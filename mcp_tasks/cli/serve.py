@@ -86,7 +86,10 @@ async def serve(settings: Settings) -> None:
         else "no token file: one local principal, loopback only"
     )
     print(f"mcp-tasks {__version__} serving MCP on http://{host}:{port}/mcp ({auth})", flush=True)
-    print(f"data: {settings.serve.data_dir.resolve()}  tools: {', '.join(map(str, settings.serve.tools_dirs))}", flush=True)
+    print(
+        f"data: {settings.serve.data_dir.resolve()}  tools: {', '.join(map(str, settings.serve.tools_dirs))}",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -105,7 +105,9 @@ def from_environment(settings: Settings, environ: Mapping[str, str]) -> Settings
         if environ.get(variable):
             settings = _set(settings, group, name, Path(environ[variable]))
     if environ.get("MCPTASKS_TOOLS"):
-        settings = _set(settings, "serve", "tools_dirs", tuple(Path(p) for p in environ["MCPTASKS_TOOLS"].split(os.pathsep)))
+        settings = _set(
+            settings, "serve", "tools_dirs", tuple(Path(p) for p in environ["MCPTASKS_TOOLS"].split(os.pathsep))
+        )
     if environ.get("MCPTASKS_LOG_JSON", "").lower() in {"1", "true", "yes"}:
         settings = _set(settings, "serve", "log_json", True)
     return settings

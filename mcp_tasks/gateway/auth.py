@@ -58,7 +58,9 @@ class TokenFileAuthenticator:
             raise ValueError(f"{path}: expected a top-level 'tokens:' list of {{token, tenant, subject}}")
         self._owners: dict[bytes, Owner] = {}
         for index, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry.get(k) for k in ("token", "tenant", "subject")):
+            if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(k), str) and entry.get(k) for k in ("token", "tenant", "subject")
+            ):
                 raise ValueError(f"{path}: tokens[{index}] needs non-empty string token, tenant and subject")
             self._owners[hashlib.sha256(entry["token"].encode()).digest()] = Owner(entry["tenant"], entry["subject"])
 

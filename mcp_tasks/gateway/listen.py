@@ -58,7 +58,7 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
         raise InvalidParams("Invalid params: params.notifications (the subscription filter) is required")
     task_ids = await _agreed_task_ids(ctx, filters.get("taskIds"))
     request_id = ctx.message.request_id
-    assert request_id is not None  # noqa: S101  # notifications never reach handlers
+    assert request_id is not None  # notifications never reach handlers
     sub_meta = {constants.META_SUBSCRIPTION_ID: request_id}
     agreed: JsonObject = {"taskIds": task_ids} if "taskIds" in filters else {}
 

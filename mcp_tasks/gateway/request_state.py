@@ -33,7 +33,13 @@ def arguments_digest(arguments: JsonObject) -> str:
 def issue(secret: bytes, owner: Owner, tool: str, arguments: JsonObject, ttl_s: int) -> str:
     """Mint a `requestState` bound to this principal, tool and arguments, valid for `ttl_s` seconds."""
     payload = json.dumps(
-        {"t": owner.tenant, "s": owner.subject, "tool": tool, "args": arguments_digest(arguments), "exp": int(time.time()) + ttl_s},
+        {
+            "t": owner.tenant,
+            "s": owner.subject,
+            "tool": tool,
+            "args": arguments_digest(arguments),
+            "exp": int(time.time()) + ttl_s,
+        },
         separators=(",", ":"),
     ).encode()
     return f"{_b64(payload)}.{_b64(hmac.new(secret, payload, hashlib.sha256).digest())}"

@@ -69,7 +69,8 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
             return round_result
         pre_input = dict(ctx.params.get("inputResponses") or {})
         declined = [
-            key for key in tool.manifest.input_before_task
+            key
+            for key in tool.manifest.input_before_task
             if isinstance(pre_input.get(key), dict) and pre_input[key].get("action") in {"decline", "cancel"}
         ]
         if declined:
@@ -147,9 +148,7 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
         mint_task_id(), ctx.owner, tool, arguments, ctx.services.clock(), pre_input_responses=pre_input
     )
     stored = await ctx.services.store.create(record)
-    logger.info(
-        "task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash}
-    )
+    logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
     result = CreateTaskResult(
         task_id=stored.task_id,
         status=stored.status,

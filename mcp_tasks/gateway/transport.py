@@ -22,7 +22,14 @@ from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InternalError, InvalidParams, InvalidRequest, JsonObject, ProtocolError
 from mcp_tasks.protocol.headers import validate_envelope
-from mcp_tasks.protocol.jsonrpc import RequestId, decode_body, error_response, parse_message, peek_request_id, result_response
+from mcp_tasks.protocol.jsonrpc import (
+    RequestId,
+    decode_body,
+    error_response,
+    parse_message,
+    peek_request_id,
+    result_response,
+)
 from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
 
 logger = logging.getLogger("mcp_tasks.gateway")
@@ -107,7 +114,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         result = await found.handler(ctx)
     except Exception as exc:  # the one top-level mapper
         return _error(request_id, map_exception(exc))
-    assert request_id is not None  # noqa: S101  # notifications returned above
+    assert request_id is not None  # notifications returned above
     return _json(result_response(request_id, result))
 
 

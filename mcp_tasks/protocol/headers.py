@@ -116,11 +116,10 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
     if name_key is not None:
         body_value = message.params.get(name_key)
         header_name = headers.get(constants.HEADER_NAME)
-        if isinstance(body_value, str):
-            if header_name is None or decode_header_value(header_name) != body_value:
-                raise HeaderMismatch(
-                    f"{constants.HEADER_NAME} header must be present and equal params.{name_key} for {message.method}"
-                )
+        if isinstance(body_value, str) and (header_name is None or decode_header_value(header_name) != body_value):
+            raise HeaderMismatch(
+                f"{constants.HEADER_NAME} header must be present and equal params.{name_key} for {message.method}"
+            )
     if version not in constants.SUPPORTED_PROTOCOL_VERSIONS:
         raise UnsupportedProtocolVersion(version)
     return RequestEnvelope(protocol_version=version, client_capabilities=capabilities, meta=meta)

@@ -19,11 +19,11 @@ from pydantic import ValidationError
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runner.executions import AskedForInput, Execution, Finished
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, transact
 from mcp_tasks.tasks.record import TaskRecord
-from mcp_tasks.runner.executions import AskedForInput, Execution, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -47,8 +47,9 @@ def _validate_input_requests(requests: Mapping[str, object]) -> list[tuple[str, 
             raise ChannelError(400, f"input request key {key!r} must match [A-Za-z0-9_.-]{{1,64}}")
         if not isinstance(request, dict) or request.get("method") not in constants.INPUT_METHOD_CAPABILITY:
             raise ChannelError(
-                400, f"inputRequests[{key!r}] must be {{method, params}} with method one of "
-                f"{sorted(constants.INPUT_METHOD_CAPABILITY)}"
+                400,
+                f"inputRequests[{key!r}] must be {{method, params}} with method one of "
+                f"{sorted(constants.INPUT_METHOD_CAPABILITY)}",
             )
         params = request.get("params", {})
         if not isinstance(params, dict):
@@ -67,16 +68,14 @@ class WorkerChannel:
         inline_result_max_bytes: largest result kept inline in the record and the response, in bytes.
     """
 
-    def __init__(
-        self, store: TaskStore, artifacts: ArtifactStore, clock: Clock, inline_result_max_bytes: int
-    ) -> None:
+    def __init__(self, store: TaskStore, artifacts: ArtifactStore, clock: Clock, inline_result_max_bytes: int) -> None:
         self.store = store
         self.artifacts = artifacts
         self.clock = clock
         self.inline_result_max_bytes = inline_result_max_bytes
 
     async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
-        assert execution.task_id is not None  # noqa: S101  # callers check synchronous runs first
+        assert execution.task_id is not None  # callers check synchronous runs first
         try:
             record, _ = await transact(self.store, execution.task_id, lambda r: (change(r, self.clock()), None))
         except IllegalTransition as exc:
@@ -126,9 +125,7 @@ class WorkerChannel:
         deadline = self.clock().timestamp() + wait_s
         while True:
             try:
-                record, taken = await transact(
-                    self.store, task_id, lambda r: transitions.take_input_responses(r, keys)
-                )
+                record, taken = await transact(self.store, task_id, lambda r: transitions.take_input_responses(r, keys))
             except TaskNotFound as exc:
                 raise ChannelError(409, "the task no longer exists") from exc
             if taken:
@@ -151,8 +148,13 @@ class WorkerChannel:
             if outcome.result is not None and len(results.encode(outcome.result)) > self.inline_result_max_bytes:
                 outcome = Finished(
                     result={
-                        "content": [{"type": "text", "text": "The result is too large for a synchronous call; "
-                                     "call this tool with the tasks extension to receive it as a resource link"}],
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "The result is too large for a synchronous call; "
+                                "call this tool with the tasks extension to receive it as a resource link",
+                            }
+                        ],
                         "isError": True,
                     }
                 )
@@ -171,7 +173,7 @@ class WorkerChannel:
                     raise ChannelError(413, str(exc)) from exc
                 outcome = Finished(result=results.linked_result(uri, len(encoded), bool(outcome.result.get("isError"))))
             final_result = outcome.result
-            assert final_result is not None  # noqa: S101  # narrowed above
+            assert final_result is not None  # narrowed above
 
             def complete(record: TaskRecord, now: datetime) -> TaskRecord:
                 return transitions.complete(record, final_result, now, status_message=record.status_message)
@@ -202,4 +204,3 @@ class WorkerChannel:
                 status_message=status_message[:1000] if isinstance(status_message, str) else None,
             )
         raise ChannelError(400, "body must be {result: CallToolResult} or {error: {code: int, message: str}}")
-

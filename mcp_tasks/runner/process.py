@@ -82,7 +82,7 @@ class ToolProcess:
         return None if self._process is None else self._process.pid
 
     async def _read_stderr(self) -> None:
-        assert self._process is not None and self._process.stderr is not None  # noqa: S101  # set by start()
+        assert self._process is not None and self._process.stderr is not None  # set by start()
         while chunk := await self._process.stderr.read(1024):
             self._tail.append(chunk)
             self._tail_size += len(chunk)

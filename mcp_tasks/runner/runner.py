@@ -19,13 +19,13 @@ import secrets
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.runner.channel import WorkerChannel
+from mcp_tasks.runner.channel import Transition, WorkerChannel
 from mcp_tasks.runner.executions import AskedForInput, Execution, ExecutionTable, Finished
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runner.worker_api import create_worker_app
@@ -43,6 +43,12 @@ _OUTCOME_UNKNOWN: Final = (
     "The worker running this task was lost (server restart or crash) and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
+
+
+def failing(message: str) -> Transition:
+    """A transition to `failed` with a -32603 JSON-RPC error and `message` as the `statusMessage`."""
+    error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
+    return lambda record, now: transitions.fail(record, error, message, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +134,7 @@ class LocalRunner:
         for supervisor in supervisors:
             supervisor.cancel()
         if supervisors:
-            done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
+            _done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
             for task in pending:
                 logger.error("task supervisor %s did not stop in time", task.get_name())
         if self._web_runner is not None:
@@ -169,13 +175,12 @@ class LocalRunner:
                 await self.store.compare_and_swap(transitions.cancel(record, now))
                 return None
             if tool is None:
-                error = {"code": jsonrpc.INTERNAL_ERROR, "message": f"tool {record.tool!r} is no longer declared"}
-                await self.store.compare_and_swap(transitions.fail(record, error, error["message"], now))
+                gone = failing(f"Tool {record.tool!r} is no longer declared; the task cannot run")
+                await self.store.compare_and_swap(gone(record, now))
                 return None
             if record.lease is not None:  # a previous worker held it and is gone
                 if not tool.execution.idempotent:
-                    error = {"code": jsonrpc.INTERNAL_ERROR, "message": _OUTCOME_UNKNOWN}
-                    await self.store.compare_and_swap(transitions.fail(record, error, _OUTCOME_UNKNOWN, now))
+                    await self.store.compare_and_swap(failing(_OUTCOME_UNKNOWN)(record, now))
                     logger.error("task %s lost its worker; failed (outcome unknown)", record.task_id)
                     return None
                 logger.warning("task %s lost its worker; re-running (idempotent tool)", record.task_id)
@@ -190,7 +195,7 @@ class LocalRunner:
 
     async def _supervise(self, record: TaskRecord) -> None:
         tool = self.catalog.get_tool(record.tool)
-        assert tool is not None  # noqa: S101  # _claim checked
+        assert tool is not None  # _claim checked
         execution = Execution(
             tool=tool,
             arguments=record.arguments,
@@ -206,13 +211,7 @@ class LocalRunner:
             logger.warning("task %s: lease lost; another worker owns it now", record.task_id)
         except Exception:
             logger.exception("task %s: supervisor failed", record.task_id)
-            await self._finish_if_running(
-                record.task_id,
-                lambda r, now: transitions.fail(
-                    r, {"code": jsonrpc.INTERNAL_ERROR, "message": "Internal error in the runner"},
-                    "Internal error in the runner", now,
-                ),
-            )
+            await self._finish_if_running(record.task_id, failing("Internal error in the runner"))
         finally:
             self._supervisors.pop(record.task_id, None)
 
@@ -224,12 +223,11 @@ class LocalRunner:
                 await process.start()
             except OSError as exc:
                 message = f"cannot start tool {tool.name!r}: {exc.strerror or exc}"
-                await self._finish_if_running(
-                    record.task_id,
-                    lambda r, now: transitions.fail(r, {"code": jsonrpc.INTERNAL_ERROR, "message": message}, message, now),
-                )
+                await self._finish_if_running(record.task_id, failing(message))
                 return
-            logger.info("task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt)
+            logger.info(
+                "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
+            )
             exited = asyncio.create_task(process.wait(), name=f"wait-{record.task_id}")
             try:
                 reason = await self._watch(record.task_id, tool, exited)
@@ -263,7 +261,10 @@ class LocalRunner:
                 await transact(
                     self.store,
                     task_id,
-                    lambda r: (transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms), None),
+                    lambda r: (
+                        transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
+                        None,
+                    ),
                 )
                 next_renew = now + timedelta(seconds=renew_every)
             until = min(deadline, next_renew) - now
@@ -281,16 +282,13 @@ class LocalRunner:
         if reason == "cancel":
             await process.stop(grace)
             logger.info("task %s: cancelled; tool stopped", task_id)
-            await self._finish_if_running(task_id, lambda r, now: transitions.cancel(r, now))
+            await self._finish_if_running(task_id, transitions.cancel)
             return
         if reason == "deadline":
             await process.stop(grace)
             message = f"Tool {tool.name!r} exceeded its maximum run time of {tool.execution.max_run_time_seconds:g}s"
             logger.warning("task %s: %s", task_id, message)
-            await self._finish_if_running(
-                task_id,
-                lambda r, now: transitions.fail(r, {"code": jsonrpc.INTERNAL_ERROR, "message": message}, message, now),
-            )
+            await self._finish_if_running(task_id, failing(message))
             return
         if reason == "finished":
             # The result is recorded; give the tool its grace period to exit by itself.
@@ -310,11 +308,11 @@ class LocalRunner:
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
 
-    async def _finish_if_running(self, task_id: str, change: object) -> None:
+    async def _finish_if_running(self, task_id: str, change: Transition) -> None:
         def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
             if record.status.is_terminal:
                 return record, None
-            return change(record, self.clock()), None  # type: ignore[operator]  # a Transition
+            return change(record, self.clock()), None
 
         with contextlib.suppress(TaskNotFound):
             await transact(self.store, task_id, apply)
@@ -328,8 +326,7 @@ class LocalRunner:
                 return record, None
             if tool.execution.idempotent:
                 return transitions.reset_for_rerun(record, self.clock()), None
-            error = {"code": jsonrpc.INTERNAL_ERROR, "message": _OUTCOME_UNKNOWN}
-            return transitions.fail(record, error, _OUTCOME_UNKNOWN, self.clock()), None
+            return failing(_OUTCOME_UNKNOWN)(record, self.clock()), None
 
         with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
             await asyncio.shield(transact(self.store, task_id, apply))
@@ -358,7 +355,8 @@ class LocalRunner:
             exited = asyncio.create_task(process.wait(), name=f"inline-{tool.name}")
             try:
                 async with asyncio.timeout(tool.execution.sync_timeout_seconds):
-                    await asyncio.wait({exited, execution.outcome}, return_when=asyncio.FIRST_COMPLETED)
+                    either: list[asyncio.Future[Any]] = [exited, execution.outcome]
+                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
                     if not execution.outcome.done():
                         # Exited first: give a racing result POST a moment, then conclude from the exit.
                         await asyncio.wait({execution.outcome}, timeout=0.05)
@@ -373,11 +371,17 @@ class LocalRunner:
                 if isinstance(outcome, Finished) and outcome.result is not None:
                     return outcome.result
                 error = (outcome.error if isinstance(outcome, Finished) else None) or {}
-                return {"content": [{"type": "text", "text": str(error.get("message", "tool failed"))}], "isError": True}
+                return {
+                    "content": [{"type": "text", "text": str(error.get("message", "tool failed"))}],
+                    "isError": True,
+                }
             code = exited.result()
             tail = process.stderr_tail()
             text = f"Tool {tool.name!r} exited with code {code} without a result"
-            return {"content": [{"type": "text", "text": text + (f". stderr:\n{tail}" if tail else "")}], "isError": True}
+            return {
+                "content": [{"type": "text", "text": text + (f". stderr:\n{tail}" if tail else "")}],
+                "isError": True,
+            }
         finally:
             self.executions.remove(execution)
 

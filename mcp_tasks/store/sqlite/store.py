@@ -4,6 +4,9 @@
 `tasks/get` can read it, even across `kill -9`. Every update is `UPDATE ... WHERE version = ?`
 (compare-and-swap). Several processes may share one file; in-process waiters are woken at once,
 other processes' writes are seen on the next poll. Backend errors become domain errors here.
+
+Every read is one `execute_fetchall` (statement run to completion in one step): interleaved open
+cursors on the shared read connection would keep its WAL snapshot alive and hide fresh commits.
 """
 
 from __future__ import annotations
@@ -148,12 +151,12 @@ class SqliteTaskStore:
 
     @staticmethod
     async def _migrate(connection: aiosqlite.Connection) -> None:
-        async with connection.execute("PRAGMA user_version") as cursor:
-            row = await cursor.fetchone()
-        current = int(row[0]) if row else 0
+        rows = list(await connection.execute_fetchall("PRAGMA user_version"))
+        current = int(rows[0][0]) if rows else 0
         if current > SCHEMA_VERSION:
             raise RuntimeError(
-                f"task database schema v{current} is newer than this build supports (v{SCHEMA_VERSION}); upgrade mcp-tasks"
+                f"task database schema v{current} is newer than this build supports (v{SCHEMA_VERSION}); "
+                "upgrade mcp-tasks"
             )
         for number in range(current, SCHEMA_VERSION):
             await connection.execute("BEGIN IMMEDIATE")
@@ -217,11 +220,10 @@ class SqliteTaskStore:
 
     async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
         """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`."""
-        async with self._r.execute(f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)) as cursor:
-            row = await cursor.fetchone()
-        if row is None:
+        rows = await self._r.execute_fetchall(f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
+        if not rows:
             raise TaskNotFound(task_id)
-        record = _decode_row(row)
+        record = _decode_row(next(iter(rows)))
         if owner is not None and record.owner != owner:
             raise TaskNotFound(task_id)
         if owner is not None and record.is_expired(self.clock()):
@@ -237,9 +239,8 @@ class SqliteTaskStore:
             (*values[1:], record.task_id, record.version),
         )
         if cursor.rowcount == 0:
-            async with self._w.execute("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,)) as check:
-                exists = await check.fetchone()
-            if exists is None:
+            exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
+            if not exists:
                 raise TaskNotFound(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
         self._notify()
@@ -247,22 +248,20 @@ class SqliteTaskStore:
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
-        async with self._r.execute(
+        rows = await self._r.execute_fetchall(
             f"SELECT {_COLUMNS} FROM tasks WHERE status IN {_NON_TERMINAL} "
             "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
             (to_epoch_ms(now), limit),
-        ) as cursor:
-            rows = await cursor.fetchall()
+        )
         return [_decode_row(row) for row in rows]
 
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete terminal tasks past `created_at + ttl_ms`; return their ids."""
-        async with self._w.execute(
+        rows = await self._w.execute_fetchall(
             f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
             "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
             (to_epoch_ms(now), limit),
-        ) as cursor:
-            rows = await cursor.fetchall()
+        )
         if rows:
             self._notify()
         return [str(row[0]) for row in rows]
@@ -278,9 +277,8 @@ class SqliteTaskStore:
 
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
-        async with self._r.execute("SELECT COUNT(*) FROM tasks") as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
+        return int(rows[0][0]) if rows else 0
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
