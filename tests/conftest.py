@@ -1,0 +1,199 @@
+"""Shared fixtures: a real embedded server on 127.0.0.1 (real SQLite file, real tool processes) and a raw MCP client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from mcp_tasks.cli.serve import build_app
+from mcp_tasks.cli.settings import ServeSettings, Settings, validate
+from mcp_tasks.gateway.context import Services
+from mcp_tasks.gateway.transport import SERVICES_KEY
+from mcp_tasks.protocol import constants
+from mcp_tasks.runner import LocalRunner, RunnerSettings
+from mcp_tasks.store.sqlite import SqliteTaskStore
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL_DIRS = (REPO / "conformance" / "tools", REPO / "tests" / "tools", REPO / "examples" / "tools")
+PROTOCOL_VERSION = constants.PROTOCOL_VERSION
+TASKS_CAPS: dict[str, Any] = {"elicitation": {}, "extensions": {constants.TASKS_EXTENSION: {}}}
+PLAIN_CAPS: dict[str, Any] = {}
+WAIT_S = 10.0
+
+
+def test_settings(data_dir: Path, **runner: Any) -> Settings:
+    """Settings for a test server: fast leases and sweeps, the conformance and test tools."""
+    runner_settings = replace(
+        RunnerSettings(lease_duration_s=3.0, claim_poll_s=0.2, sweep_interval_s=0.2, shutdown_grace_s=1.0), **runner
+    )
+    return validate(
+        Settings(serve=ServeSettings(tools_dirs=TOOL_DIRS, data_dir=data_dir, port=0), runner=runner_settings)
+    )
+
+
+@dataclass
+class Reply:
+    """An HTTP response from the MCP endpoint."""
+
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+    @property
+    def result(self) -> dict[str, Any]:
+        assert "result" in self.body, self.body
+        return dict(self.body["result"])
+
+    @property
+    def error(self) -> dict[str, Any]:
+        assert "error" in self.body, self.body
+        return dict(self.body["error"])
+
+
+class McpHttp:
+    """A raw MCP 2026-07-28 client: builds the envelope and headers, lets a test override any of them."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, token: str | None = None) -> None:
+        self.session = session
+        self.url = url
+        self.token = token
+        self._next_id = 0
+
+    def envelope(self, caps: dict[str, Any]) -> dict[str, Any]:
+        return {
+            constants.META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            constants.META_CLIENT_CAPABILITIES: caps,
+            constants.META_CLIENT_INFO: {"name": "tests", "version": "0"},
+        }
+
+    async def post(self, body: bytes | str, headers: dict[str, str]) -> Reply:
+        async with self.session.post(self.url, data=body, headers=headers) as response:
+            text = await response.text()
+            parsed = json.loads(text) if text and response.content_type == "application/json" else text
+            return Reply(response.status, dict(response.headers), parsed)
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        caps: dict[str, Any] | None = None,
+        headers: dict[str, str | None] | None = None,
+        request_id: int | str | None = None,
+        with_meta: bool = True,
+    ) -> Reply:
+        self._next_id += 1
+        params = dict(params or {})
+        if with_meta:
+            params["_meta"] = self.envelope(TASKS_CAPS if caps is None else caps)
+        body = {"jsonrpc": "2.0", "id": self._next_id if request_id is None else request_id, "method": method}
+        body["params"] = params
+        sent: dict[str, str | None] = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            constants.HEADER_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            constants.HEADER_METHOD: method,
+        }
+        name_key = constants.NAME_BEARING_PARAMS.get(method)
+        if name_key and isinstance(params.get(name_key), str):
+            sent[constants.HEADER_NAME] = params[name_key]
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        sent.update(headers or {})
+        return await self.post(json.dumps(body), {k: v for k, v in sent.items() if v is not None})
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> Reply:
+        params: dict[str, Any] = {"name": name}
+        if arguments is not None:
+            params["arguments"] = arguments
+        params.update(kwargs.pop("extra", {}))
+        return await self.request(constants.METHOD_TOOLS_CALL, params, **kwargs)
+
+    async def start_task(self, name: str, arguments: dict[str, Any] | None = None) -> str:
+        reply = await self.call_tool(name, arguments or {})
+        assert reply.result["resultType"] == "task", reply.body
+        return str(reply.result["taskId"])
+
+    async def get(self, task_id: str, **kwargs: Any) -> Reply:
+        return await self.request(constants.METHOD_TASKS_GET, {"taskId": task_id}, **kwargs)
+
+    async def update(self, task_id: str, responses: dict[str, Any], **kwargs: Any) -> Reply:
+        return await self.request(
+            constants.METHOD_TASKS_UPDATE, {"taskId": task_id, "inputResponses": responses}, **kwargs
+        )
+
+    async def cancel(self, task_id: str, **kwargs: Any) -> Reply:
+        return await self.request(constants.METHOD_TASKS_CANCEL, {"taskId": task_id}, **kwargs)
+
+    async def wait_task(
+        self, task_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = WAIT_S
+    ) -> dict[str, Any]:
+        """Poll `tasks/get` (every 50 ms, bounded) until `until(task)` holds; return that snapshot."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                task = (await self.get(task_id)).result
+                if until(task):
+                    return task
+                await asyncio.sleep(0.05)
+
+    async def wait_status(self, task_id: str, *statuses: str, timeout_s: float = WAIT_S) -> dict[str, Any]:
+        return await self.wait_task(task_id, lambda t: t["status"] in statuses, timeout_s)
+
+
+@dataclass
+class Embedded:
+    """A running embedded server."""
+
+    url: str
+    app: web.Application
+    runner: LocalRunner
+
+    @property
+    def services(self) -> Services:
+        return self.app[SERVICES_KEY]
+
+    @property
+    def store(self) -> SqliteTaskStore:
+        store = self.services.store
+        assert isinstance(store, SqliteTaskStore)
+        return store
+
+
+async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
+    app, runner = build_app(settings)
+    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    await web_runner.setup()
+    await web.TCPSite(web_runner, "127.0.0.1", 0).start()
+    port = web_runner.addresses[0][1]
+    return Embedded(f"http://127.0.0.1:{port}/mcp", app, runner), web_runner
+
+
+@pytest.fixture
+async def embedded(tmp_path: Path) -> AsyncIterator[Embedded]:
+    server, web_runner = await start_embedded(test_settings(tmp_path))
+    try:
+        yield server
+    finally:
+        await web_runner.cleanup()
+
+
+@pytest.fixture
+async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+async def mcp(embedded: Embedded, http_session: aiohttp.ClientSession) -> McpHttp:
+    return McpHttp(http_session, embedded.url)
+
+
+Factory = Callable[..., Awaitable[Any]]

@@ -1,0 +1,95 @@
+"""The official `mcp` Python SDK (2.3.x) as the client, over a real socket, against the embedded server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitRequestParams, ElicitResult
+
+from mcp_tasks.client import TaskFailed, TasksClientExtension
+from mcp_tasks.protocol.models import GetTaskResult
+from tests.conftest import Embedded
+
+
+def answering(content: dict[str, Any]) -> Any:
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content=content)
+
+    return elicit
+
+
+async def test_sdk_client_discovers_and_lists_tools_in_a_stable_order(embedded: Embedded) -> None:
+    """server/discover and tools/list work with the SDK's auto mode (MCP 2026-07-28 §discover, §tools)."""
+    async with Client(embedded.url, cache=None) as client:
+        assert client.protocol_version == "2026-07-28"
+        first = [tool.name for tool in (await client.list_tools()).tools]
+        second = [tool.name for tool in (await client.list_tools()).tools]
+    assert first == second
+    assert first[0] == "test_simple_text"
+    assert {"greet", "slow_compute", "hello_world"} <= set(first)
+
+
+async def test_sdk_client_calls_a_sync_tool_without_a_task(embedded: Embedded) -> None:
+    """A `never` tool answers a plain CallToolResult even when the client declares the extension (our policy)."""
+    async with Client(embedded.url, extensions=[TasksClientExtension()], cache=None) as client:
+        result = await client.call_tool("greet", {"name": "World"})
+    assert result.content[0].text == "Hello, World!"  # type: ignore[union-attr]
+    assert not result.is_error
+    assert await embedded.store.count() == 0
+
+
+async def test_hello_world_flow_of_the_sep_with_the_sdk_client(embedded: Embedded) -> None:
+    """SEP-2663 Example Message Flow: task → input_required (key `name`) → tasks/update → `Hello, Luca!`."""
+    seen: list[GetTaskResult] = []
+
+    async def record(task: GetTaskResult) -> None:
+        seen.append(task)
+
+    async with Client(
+        embedded.url,
+        extensions=[TasksClientExtension(on_update=record)],
+        elicitation_callback=answering({"input": "Luca"}),
+        cache=None,
+    ) as client:
+        result = await client.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    assert result.is_error is False
+    statuses = [task.status.value for task in seen]
+    assert "input_required" in statuses and statuses[-1] == "completed"
+    asked = next(task for task in seen if task.status.value == "input_required")
+    assert asked.input_requests is not None and list(asked.input_requests) == ["name"]
+    assert asked.input_requests["name"]["method"] == "elicitation/create"
+
+
+async def test_sdk_client_resolves_pre_creation_input_then_a_task(embedded: Embedded) -> None:
+    """MRTR before task creation (SEP-2663 §Creating Tasks): the SDK answers the InputRequiredResult, then follows the task."""
+    async with Client(
+        embedded.url,
+        extensions=[TasksClientExtension()],
+        elicitation_callback=answering({"name": "Alice"}),
+        cache=None,
+    ) as client:
+        result = await client.call_tool("test_tool_with_task", {})
+    assert "Alice" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_sdk_client_sees_a_failed_task_as_its_json_rpc_error(embedded: Embedded) -> None:
+    """`failed` carries a JSON-RPC error (SEP-2663 Task Execution Errors)."""
+    async with Client(embedded.url, extensions=[TasksClientExtension()], cache=None) as client:
+        with pytest.raises(TaskFailed) as raised:
+            await client.call_tool("protocol_error_job", {})
+    assert raised.value.code == -32603
+
+
+async def test_sdk_client_without_the_extension_gets_missing_capability_for_a_required_task_tool(
+    embedded: Embedded,
+) -> None:
+    """A `required` tool and a non-declaring client: -32021 (SEP-2663 Negotiation)."""
+    async with Client(embedded.url, cache=None) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("failing_job", {})
+    assert raised.value.code == -32021

@@ -1,0 +1,56 @@
+"""Test-only tools (tests/tools/tools.yaml): one process per call, `tools.py <tool>`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from mcp_tasks.runtime import ToolContext, run
+
+
+def sleeper(ctx: ToolContext) -> str:
+    seconds = float(ctx.arguments.get("seconds", 1))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        ctx.report(f"sleeping, {end - time.monotonic():.1f}s left (attempt {ctx.attempt})")
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+    return f"slept {seconds:g}s on attempt {ctx.attempt}"
+
+
+def stubborn(ctx: ToolContext) -> str:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ctx.report("ignoring SIGTERM")
+    time.sleep(60)
+    return "never"
+
+
+def big_result(ctx: ToolContext) -> dict[str, object]:
+    size = int(ctx.arguments["size"])
+    return {"content": [{"type": "text", "text": "x" * size}], "isError": False}
+
+
+def crasher(ctx: ToolContext) -> str:
+    print("about to fail: the disk is on fire", file=sys.stderr, flush=True)
+    sys.exit(3)
+
+
+def asker(ctx: ToolContext) -> str:
+    first = ctx.elicit("q", "First question?", {"a": {"type": "string"}})
+    second = ctx.elicit("q", "Second question, same suggested key?", {"b": {"type": "string"}})
+    return f"{first['content']['a']} {second['content']['b']}"
+
+
+TOOLS = {
+    "sleeper": sleeper,
+    "sleeper_idempotent": sleeper,
+    "stubborn": stubborn,
+    "short_deadline": sleeper,
+    "big_result": big_result,
+    "crasher": crasher,
+    "asker": asker,
+    "short_ttl": sleeper,
+}
+
+if __name__ == "__main__":
+    run(TOOLS[sys.argv[1]])
