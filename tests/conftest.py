@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ PLAIN_CAPS: dict[str, Any] = {}
 WAIT_S = 10.0
 
 
-def test_settings(data_dir: Path, **runner: Any) -> Settings:
+def server_settings(data_dir: Path, **runner: Any) -> Settings:
     """Settings for a test server: fast leases and sweeps, the conformance and test tools."""
     runner_settings = replace(
         RunnerSettings(lease_duration_s=3.0, claim_poll_s=0.2, sweep_interval_s=0.2, shutdown_grace_s=1.0), **runner
@@ -74,7 +75,7 @@ class McpHttp:
             constants.META_CLIENT_INFO: {"name": "tests", "version": "0"},
         }
 
-    async def post(self, body: bytes | str, headers: dict[str, str]) -> Reply:
+    async def post(self, body: bytes | str | io.BytesIO, headers: dict[str, str]) -> Reply:
         async with self.session.post(self.url, data=body, headers=headers) as response:
             text = await response.text()
             parsed = json.loads(text) if text and response.content_type == "application/json" else text
@@ -178,7 +179,7 @@ async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
 
 @pytest.fixture
 async def embedded(tmp_path: Path) -> AsyncIterator[Embedded]:
-    server, web_runner = await start_embedded(test_settings(tmp_path))
+    server, web_runner = await start_embedded(server_settings(tmp_path))
     try:
         yield server
     finally:

@@ -109,8 +109,11 @@ class ToolProcess:
                 os.killpg(self._process.pid, signum)
 
     async def stop(self, grace_s: float) -> None:
-        """SIGTERM the process group, wait `grace_s` seconds, then SIGKILL; return once it has exited."""
-        if self._process is None or self._process.returncode is not None:
+        """SIGTERM the process group, wait `grace_s` seconds, then SIGKILL; return once it has exited and is reaped."""
+        if self._process is None:
+            return
+        if self._process.returncode is not None:
+            await self.wait()
             return
         self._signal(signal.SIGTERM)
         try:
@@ -120,7 +123,4 @@ class ToolProcess:
             logger.warning("tool process %s ignored SIGTERM for %.1fs; killing it", self._process.pid, grace_s)
             self._signal(signal.SIGKILL)
             await self._process.wait()
-        if self._drain is not None:
-            self._drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._drain
+        await self.wait()

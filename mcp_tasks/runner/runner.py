@@ -231,13 +231,18 @@ class LocalRunner:
             exited = asyncio.create_task(process.wait(), name=f"wait-{record.task_id}")
             try:
                 reason = await self._watch(record.task_id, tool, exited)
-            except BaseException:
+                await self._conclude(record.task_id, tool, process, execution, reason)
+            except asyncio.CancelledError:
                 await self._stop_on_shutdown(record.task_id, tool, process)
+                raise
+            except BaseException:
+                await asyncio.shield(process.stop(tool.execution.cancel_grace_seconds))
                 raise
             finally:
                 if not exited.done():
                     exited.cancel()
-            await self._conclude(record.task_id, tool, process, execution, reason)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await exited
         finally:
             self.executions.remove(execution)
 

@@ -1,0 +1,74 @@
+"""Ownership: every task method is authorized by (tenant, subject); a foreign task looks exactly like a missing one."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import Embedded, McpHttp, start_embedded, server_settings
+
+TOKENS = """\
+tokens:
+  - {token: alice-token, tenant: acme, subject: alice}
+  - {token: bob-token, tenant: acme, subject: bob}
+  - {token: eve-token, tenant: evil, subject: alice}
+"""
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[Embedded]:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS)
+    settings = server_settings(tmp_path / "data")
+    settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens))
+    server, web_runner = await start_embedded(settings)
+    try:
+        yield server
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_requests_without_a_valid_token_are_401(secured: Embedded, http_session: aiohttp.ClientSession) -> None:
+    for token in (None, "wrong"):
+        reply = await McpHttp(http_session, secured.url, token=token).request("tools/list")
+        assert reply.status == 401
+        assert reply.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_another_principal_sees_a_task_exactly_like_an_unknown_id(
+    secured: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """SEP-2663 Security: bind each task to its creator; knowing the id is never permission."""
+    alice = McpHttp(http_session, secured.url, token="alice-token")
+    task_id = await alice.start_task("confirm_delete", {"filename": "secret.txt"})
+    await alice.wait_status(task_id, "input_required")
+    for intruder in ("bob-token", "eve-token"):
+        other = McpHttp(http_session, secured.url, token=intruder)
+        unknown = [await other.get("0" * 32), await other.update("0" * 32, {}), await other.cancel("0" * 32)]
+        foreign = [
+            await other.get(task_id),
+            await other.update(task_id, {"confirm": {"action": "accept", "content": {"confirm": True}}}),
+            await other.cancel(task_id),
+        ]
+        assert [r.status for r in foreign] == [r.status for r in unknown]
+        assert [r.error for r in foreign] == [r.error for r in unknown]
+    still = (await alice.get(task_id)).result
+    assert still["status"] == "input_required" and "confirm" in still["inputRequests"]
+    await alice.cancel(task_id)
+    assert (await alice.wait_status(task_id, "cancelled"))["status"] == "cancelled"
+
+
+async def test_listen_leaves_foreign_task_ids_out_of_the_acknowledgement(
+    secured: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    alice = McpHttp(http_session, secured.url, token="alice-token")
+    task_id = await alice.start_task("slow_compute", {"seconds": 0, "label": "x"})
+    bob = McpHttp(http_session, secured.url, token="bob-token")
+    reply = await bob.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+    frames = [line for line in reply.body.splitlines() if line.startswith("data: ")]
+    assert '"taskIds":[]' in frames[0]
+    assert task_id not in reply.body

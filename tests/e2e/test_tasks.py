@@ -1,0 +1,158 @@
+"""Task behaviour end to end: input flow, cancellation, failure model, results and artifacts, expiry, listen."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from mcp_types import jsonrpc
+
+from mcp_tasks.protocol import constants
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp
+
+ACCEPT_ALL = {"action": "accept", "content": {"name": "partial-1", "confirm": True}}
+
+
+async def test_partial_answers_leave_the_rest_pending_and_unknown_keys_are_ignored(mcp: McpHttp) -> None:
+    """SEP-2663 `tasks/update`: answered keys leave before the ack; unknown keys are acked and ignored."""
+    task_id = await mcp.start_task("multi_input")
+    task = await mcp.wait_task(task_id, lambda t: len(t.get("inputRequests", {})) == 2)
+    assert task["status"] == "input_required"
+    first, second = list(task["inputRequests"])
+
+    ack = await mcp.update(task_id, {"unknown-key": {"ignored": True}})
+    assert ack.result == {"resultType": "complete", "_meta": ack.result["_meta"]}
+    assert set((await mcp.get(task_id)).result["inputRequests"]) == {first, second}
+
+    await mcp.update(task_id, {first: ACCEPT_ALL})
+    after = (await mcp.get(task_id)).result
+    assert after["status"] == "input_required"
+    assert list(after["inputRequests"]) == [second]
+
+    await mcp.update(task_id, {first: ACCEPT_ALL, second: {"action": "decline"}})
+    done = await mcp.wait_status(task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "Received partial-1 and decline"
+    assert "inputRequests" not in done
+
+
+async def test_input_keys_are_never_reused_within_a_task(mcp: McpHttp) -> None:
+    """SEP-2663: each key is unique for the task's lifetime, even when the tool suggests the same one twice."""
+    task_id = await mcp.start_task("asker")
+    first = await mcp.wait_status(task_id, "input_required")
+    assert list(first["inputRequests"]) == ["q"]
+    await mcp.update(task_id, {"q": {"action": "accept", "content": {"a": "one"}}})
+    second = await mcp.wait_task(task_id, lambda t: "q-2" in t.get("inputRequests", {}))
+    assert list(second["inputRequests"]) == ["q-2"]
+    await mcp.update(task_id, {"q": {"action": "accept", "content": {"b": "stale"}}})
+    assert list((await mcp.get(task_id)).result["inputRequests"]) == ["q-2"]
+    await mcp.update(task_id, {"q-2": {"action": "accept", "content": {"b": "two"}}})
+    done = await mcp.wait_status(task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "one two"
+
+
+async def test_cancel_of_a_running_task_acks_at_once_then_settles_cancelled(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("slow_compute", {"seconds": 60, "label": "c"})
+    await mcp.wait_task(task_id, lambda t: "statusMessage" in t)
+    ack = await mcp.cancel(task_id)
+    assert set(ack.result) == {"resultType", "_meta"}
+    done = await mcp.wait_status(task_id, "cancelled", "completed", "failed")
+    assert done["status"] == "cancelled"
+
+
+async def test_cancel_reaches_a_tool_that_ignores_sigterm(mcp: McpHttp) -> None:
+    """Cooperative cancel: SIGTERM, grace period, then SIGKILL (our runner's contract)."""
+    task_id = await mcp.start_task("stubborn")
+    await mcp.wait_task(task_id, lambda t: t.get("statusMessage") == "ignoring SIGTERM")
+    await mcp.cancel(task_id)
+    assert (await mcp.wait_status(task_id, "cancelled"))["status"] == "cancelled"
+
+
+async def test_cancel_of_a_finished_task_is_the_same_ack_and_changes_nothing(mcp: McpHttp) -> None:
+    """SEP-2663: cancelling a terminal task is acknowledged (reverses 2025-11-25's -32602)."""
+    task_id = await mcp.start_task("slow_compute", {"seconds": 0, "label": "quick"})
+    done = await mcp.wait_status(task_id, "completed")
+    ack = await mcp.cancel(task_id)
+    assert ack.result["resultType"] == "complete"
+    assert (await mcp.get(task_id)).result == {**done, "_meta": done["_meta"]}
+
+
+async def test_tool_error_completes_with_is_error_and_protocol_error_fails(mcp: McpHttp) -> None:
+    """SEP-2663 Task Execution Errors: `completed` + `isError` for tool errors, `failed` + error otherwise."""
+    failing = await mcp.start_task("failing_job")
+    done = await mcp.wait_status(failing, "completed", "failed")
+    assert done["status"] == "completed" and done["result"]["isError"] is True
+    assert done["result"]["resultType"] == "complete"
+    assert done["result"]["_meta"][constants.META_SERVER_INFO]["name"] == "mcp-tasks"
+
+    broken = await mcp.start_task("protocol_error_job")
+    failed = await mcp.wait_status(broken, "completed", "failed")
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] == jsonrpc.INTERNAL_ERROR and "result" not in failed
+    assert failed["statusMessage"]
+
+
+async def test_a_tool_that_exits_without_a_result_completes_with_its_stderr_tail(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("crasher")
+    done = await mcp.wait_status(task_id, "completed", "failed")
+    assert done["status"] == "completed" and done["result"]["isError"] is True
+    text = done["result"]["content"][0]["text"]
+    assert "exited with code 3" in text and "the disk is on fire" in text
+
+
+async def test_a_task_past_its_maximum_run_time_fails(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("short_deadline", {"seconds": 30})
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled")
+    assert done["status"] == "failed"
+    assert "maximum run time" in done["statusMessage"]
+
+
+async def test_a_synchronous_run_that_asks_for_input_needs_the_tasks_extension(mcp: McpHttp) -> None:
+    """Our choice: a non-task run cannot wait for input, so the client is told to declare tasks (-32021)."""
+    reply = await mcp.call_tool("asker", {}, caps={"elicitation": {}})
+    assert reply.status == 400
+    assert reply.error["code"] == jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_optional_tool_runs_synchronously_for_a_non_declaring_client(mcp: McpHttp, embedded: Embedded) -> None:
+    """SEP-2663: never `resultType: "task"` to a request that did not declare the extension."""
+    reply = await mcp.call_tool("slow_compute", {"seconds": 0, "label": "sync"}, caps=PLAIN_CAPS)
+    assert reply.result["resultType"] == "complete"
+    assert reply.result["content"][0]["text"] == "Computed sync in 0s"
+    assert await embedded.store.count() == 0
+
+
+async def test_a_large_result_becomes_an_owner_readable_resource_link(mcp: McpHttp) -> None:
+    """ARCHITECTURE.md §Results: over the inline cap (256 KiB) → artifact + `resource_link`; `resources/read` serves it."""
+    size = 300 * 1024
+    task_id = await mcp.start_task("big_result", {"size": size})
+    done = await mcp.wait_status(task_id, "completed")
+    assert len(json.dumps(done)) < 4096
+    link = next(block for block in done["result"]["content"] if block["type"] == "resource_link")
+    read = await mcp.request("resources/read", {"uri": link["uri"]})
+    content = json.loads(read.result["contents"][0]["text"])
+    assert content["content"][0]["text"] == "x" * size
+    missing = await mcp.request("resources/read", {"uri": link["uri"].replace(task_id, "0" * 32)})
+    assert missing.error["code"] == jsonrpc.INVALID_PARAMS
+    assert missing.error["data"]["uri"] == link["uri"].replace(task_id, "0" * 32)
+
+
+async def test_a_finished_task_is_readable_until_created_plus_ttl_then_gone(mcp: McpHttp, embedded: Embedded) -> None:
+    """SEP-2663 TTL: retrievable within `ttlMs`; after it the task answers like an unknown id and is swept."""
+    task_id = await mcp.start_task("short_ttl", {"seconds": 0})
+    done = await mcp.wait_status(task_id, "completed")
+    assert done["ttlMs"] >= 1500
+    async with asyncio.timeout(10):
+        while "error" not in (reply := await mcp.get(task_id)).body:
+            await asyncio.sleep(0.1)
+        assert reply.error["message"] == "Failed to retrieve task: Task not found"
+        while await embedded.store.count():
+            await embedded.store.wait_for_change(0.1)
+
+
+async def test_a_running_task_is_never_expired_its_ttl_grows(mcp: McpHttp) -> None:
+    """SEP-2663: `ttlMs` MAY change; ours grows while the task runs so a long task never disappears."""
+    task_id = await mcp.start_task("slow_compute", {"seconds": 60, "label": "long"})
+    first = (await mcp.get(task_id)).result
+    assert first["ttlMs"] >= 3_600_000
+    await mcp.cancel(task_id)
+    await mcp.wait_status(task_id, "cancelled")
