@@ -95,7 +95,8 @@ class McpHttp:
         params = dict(params or {})
         if with_meta:
             params["_meta"] = self.envelope(TASKS_CAPS if caps is None else caps)
-        body = {"jsonrpc": "2.0", "id": self._next_id if request_id is None else request_id, "method": method}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id if request_id is None else request_id}
+        body["method"] = method
         body["params"] = params
         sent: dict[str, str | None] = {
             "Content-Type": "application/json",

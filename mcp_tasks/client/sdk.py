@@ -106,9 +106,7 @@ class TasksClientExtension(ClientExtension):
         deadline = time.monotonic() + self.timeout_s
         interval_s = (created.poll_interval_ms or 1000) / 1000
         while True:
-            task = await session.send_request(
-                GetTaskRequest(params=TaskRequestParams(task_id=task_id)), GetTaskResult
-            )
+            task = await session.send_request(GetTaskRequest(params=TaskRequestParams(task_id=task_id)), GetTaskResult)
             if self.on_update is not None:
                 await self.on_update(task)
             if task.status is TaskStatus.COMPLETED:

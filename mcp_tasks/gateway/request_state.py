@@ -14,6 +14,7 @@ import json
 import time
 
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
 
 
@@ -73,3 +74,8 @@ def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonOb
         or claims["exp"] < time.time()
     ):
         raise invalid
+
+
+def task_id_for(secret: bytes, state: str) -> TaskId:
+    """The task id a verified `requestState` creates: the same state always names the same task (128 bits)."""
+    return TaskId(hmac.new(secret, b"task-id:" + state.encode(), hashlib.sha256).hexdigest()[:32])

@@ -20,6 +20,7 @@ from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequired
 from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
 from mcp_tasks.protocol.models import CreateTaskResult
 from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import InputNeeded
 from mcp_tasks.tasks.record import iso_ms
@@ -78,10 +79,8 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
 
     if as_task:
         return await _create_task(ctx, tool, arguments, pre_input)
-    if tool.manifest.input_before_task and not ctx.envelope.declares_tasks:
-        raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r}")
     try:
-        result = await ctx.services.executor.run_inline(tool, arguments, ctx.owner)
+        result = await ctx.services.executor.run_inline(tool, arguments, ctx.owner, pre_input)
     except InputNeeded as exc:
         raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
     except TimeoutError:
@@ -143,11 +142,24 @@ def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObje
 
 
 async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
-    """Insert the task and answer only after the store committed it (SEP-2663: durable before the handle)."""
-    record = transitions.new_task(
-        mint_task_id(), ctx.owner, tool, arguments, ctx.services.clock(), pre_input_responses=pre_input
+    """Insert the task and answer only after the store committed it (SEP-2663: durable before the handle).
+
+    A task created from a pre-creation round takes its id from the (verified) `requestState`, so a
+    replayed or retried final round hands back the same task instead of starting the work twice.
+    """
+    state = ctx.params.get("requestState")
+    task_id = (
+        request_state.task_id_for(ctx.services.settings.request_state_secret, state)
+        if pre_input and isinstance(state, str)
+        else mint_task_id()
     )
-    stored = await ctx.services.store.create(record)
+    record = transitions.new_task(
+        task_id, ctx.owner, tool, arguments, ctx.services.clock(), pre_input_responses=pre_input
+    )
+    try:
+        stored = await ctx.services.store.create(record)
+    except VersionConflict:
+        stored = await ctx.services.store.get(task_id, ctx.owner)
     logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
     result = CreateTaskResult(
         task_id=stored.task_id,

@@ -345,14 +345,18 @@ class LocalRunner:
 
     # ---------------------------------------------------------------- synchronous runs
 
-    async def run_inline(self, tool: ToolSpec, arguments: JsonObject, owner: Owner) -> JsonObject:
+    async def run_inline(
+        self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
+    ) -> JsonObject:
         """Run a tool synchronously (no task) and return its `CallToolResult` (`ToolExecutor`).
 
         Raises:
             InputNeeded: the tool asked for input mid-run.
             TimeoutError: it did not finish within `syncTimeoutSeconds`.
         """
-        execution = Execution(tool=tool, arguments=arguments, task_id=None)
+        execution = Execution(
+            tool=tool, arguments=arguments, task_id=None, pre_input_responses=dict(pre_input_responses)
+        )
         process = ToolProcess(tool, self._contract_env(execution))
         self.executions.add(execution)
         try:

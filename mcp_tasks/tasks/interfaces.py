@@ -118,8 +118,12 @@ class InputNeeded(Exception):
 class ToolExecutor(Protocol):
     """Runs a tool synchronously (no task) for `tools/call` requests that are not task-augmented."""
 
-    async def run_inline(self, tool: ToolSpec, arguments: JsonObject, owner: Owner) -> JsonObject:
+    async def run_inline(
+        self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
+    ) -> JsonObject:
         """Run `tool` to completion within `tool.execution.sync_timeout_seconds` and return its `CallToolResult`.
+
+        `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (may be empty).
 
         Raises:
             InputNeeded: the tool asked for input, which a synchronous call cannot deliver.

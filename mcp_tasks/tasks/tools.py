@@ -157,9 +157,14 @@ class ToolSpec:
     def argument_errors(self, arguments: JsonObject) -> list[str]:
         """Validate `arguments` against `inputSchema`; return readable messages (empty when valid)."""
         return [
-            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
-            for error in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {_clip(error.message)}"
+            for error in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))[:10]
         ]
+
+
+def _clip(message: str, limit: int = 200) -> str:
+    """Bound a validation message: jsonschema quotes the offending value, which may be huge."""
+    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 def parse_manifest(document: Any, source: str, base_dir: str | None = None) -> ToolSpec:

@@ -36,7 +36,7 @@ ALLOWED: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
 
 
 def _move(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
-    if status is not record.status and status not in ALLOWED[record.status]:
+    if record.status.is_terminal or (status is not record.status and status not in ALLOWED[record.status]):
         raise IllegalTransition(f"task {record.task_id}: {record.status} → {status} is not allowed")
     return dataclasses.replace(record, status=status, last_updated_at=now, **changes)  # type: ignore[arg-type]  # kwargs are record fields
 

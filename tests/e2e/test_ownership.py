@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import Embedded, McpHttp, start_embedded, server_settings
+from tests.conftest import Embedded, McpHttp, server_settings, start_embedded
 
 TOKENS = """\
 tokens:

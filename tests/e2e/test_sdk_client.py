@@ -66,7 +66,7 @@ async def test_hello_world_flow_of_the_sep_with_the_sdk_client(embedded: Embedde
 
 
 async def test_sdk_client_resolves_pre_creation_input_then_a_task(embedded: Embedded) -> None:
-    """MRTR before task creation (SEP-2663 §Creating Tasks): the SDK answers the InputRequiredResult, then follows the task."""
+    """Pre-creation MRTR (SEP-2663): the SDK answers the InputRequiredResult, then follows the task."""
     async with Client(
         embedded.url,
         extensions=[TasksClientExtension()],

@@ -122,7 +122,7 @@ async def test_optional_tool_runs_synchronously_for_a_non_declaring_client(mcp: 
 
 
 async def test_a_large_result_becomes_an_owner_readable_resource_link(mcp: McpHttp) -> None:
-    """ARCHITECTURE.md §Results: over the inline cap (256 KiB) → artifact + `resource_link`; `resources/read` serves it."""
+    """Past the 256 KiB inline cap a result becomes an artifact behind a `resource_link` (ARCHITECTURE.md)."""
     size = 300 * 1024
     task_id = await mcp.start_task("big_result", {"size": size})
     done = await mcp.wait_status(task_id, "completed")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 from mcp_types import jsonrpc
 
@@ -65,7 +66,7 @@ async def test_client_info_is_optional(mcp: McpHttp) -> None:
 
 
 async def test_header_mismatches_are_32020(mcp: McpHttp) -> None:
-    cases = [
+    cases: list[tuple[str, dict[str, Any] | None, dict[str, str | None]]] = [
         ("tools/list", None, {constants.HEADER_METHOD: "prompts/list"}),
         ("tools/list", None, {constants.HEADER_METHOD: None}),
         ("tools/list", None, {constants.HEADER_METHOD: "TOOLS/LIST"}),
@@ -103,7 +104,7 @@ async def test_unsupported_version_is_32022_with_supported_and_requested(mcp: Mc
 
 async def test_removed_and_unknown_methods_are_32601_with_404(mcp: McpHttp) -> None:
     """`tasks/result` and `tasks/list` are not our API (SEP-2663 §Backward Compatibility); neither is the handshake."""
-    for method, params in [
+    removed: list[tuple[str, dict[str, Any]]] = [
         ("tasks/result", {"taskId": "x"}),
         ("tasks/list", {}),
         ("initialize", {}),
@@ -111,7 +112,8 @@ async def test_removed_and_unknown_methods_are_32601_with_404(mcp: McpHttp) -> N
         ("logging/setLevel", {"level": "info"}),
         ("resources/subscribe", {"uri": "x"}),
         ("unknown/method", {}),
-    ]:
+    ]
+    for method, params in removed:
         reply = await mcp.request(method, params)
         assert reply.status == 404, method
         assert reply.error["code"] == jsonrpc.METHOD_NOT_FOUND, method
@@ -119,11 +121,12 @@ async def test_removed_and_unknown_methods_are_32601_with_404(mcp: McpHttp) -> N
 
 async def test_task_methods_without_the_extension_are_32021_before_any_lookup(mcp: McpHttp) -> None:
     """SEP-2663 Error Handling: the gate runs before the lookup, so an unknown id still gets -32021."""
-    for method, params in [
+    gated: list[tuple[str, dict[str, Any]]] = [
         ("tasks/get", {"taskId": "gate-test"}),
         ("tasks/update", {"taskId": "gate-test", "inputResponses": {}}),
         ("tasks/cancel", {"taskId": "gate-test"}),
-    ]:
+    ]
+    for method, params in gated:
         reply = await mcp.request(method, params, caps=PLAIN_CAPS)
         assert reply.status == 400
         assert reply.error["code"] == jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY

@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from mcp_tasks.runtime import ToolContext, run
 
@@ -25,7 +27,7 @@ def stubborn(ctx: ToolContext) -> str:
     return "never"
 
 
-def big_result(ctx: ToolContext) -> dict[str, object]:
+def big_result(ctx: ToolContext) -> dict[str, Any]:
     size = int(ctx.arguments["size"])
     return {"content": [{"type": "text", "text": "x" * size}], "isError": False}
 
@@ -41,7 +43,12 @@ def asker(ctx: ToolContext) -> str:
     return f"{first['content']['a']} {second['content']['b']}"
 
 
-TOOLS = {
+def confirmed(ctx: ToolContext) -> str:
+    answer = ctx.input_responses["confirm"]
+    return f"confirmed={answer.get('content', {}).get('confirm')} task={ctx.task_id is not None}"
+
+
+TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
     "stubborn": stubborn,
@@ -50,6 +57,7 @@ TOOLS = {
     "crasher": crasher,
     "asker": asker,
     "short_ttl": sleeper,
+    "confirmed": confirmed,
 }
 
 if __name__ == "__main__":

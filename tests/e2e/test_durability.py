@@ -1,0 +1,140 @@
+"""Durability across `kill -9`: the handle is never returned before the task is durable, and leases decide what reruns.
+
+Runs the real `mcptasks serve` as a separate process on a real SQLite file, and kills it with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import REPO, TOOL_DIRS, McpHttp
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class ServerProcess:
+    """`mcptasks serve` in a child process on one data folder."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.process: asyncio.subprocess.Process | None = None
+        self.port = 0
+
+    async def start(self) -> str:
+        self.port = free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "mcp_tasks.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for folder in TOOL_DIRS:
+            args += ["--tools", str(folder)]
+        env = {**os.environ, "MCPTASKS_LEASE_DURATION_S": "1.5", "MCPTASKS_LOG_LEVEL": "WARNING"}
+        self.process = await asyncio.create_subprocess_exec(*args, cwd=REPO, env=env)
+        url = f"http://127.0.0.1:{self.port}"
+        async with aiohttp.ClientSession() as session, asyncio.timeout(15):
+            while True:
+                try:
+                    async with session.get(f"{url}/healthz") as response:
+                        if response.status == 200:
+                            return f"{url}/mcp"
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.05)
+
+    async def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        await self.process.wait()
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+
+@pytest.fixture
+async def server_process(tmp_path: Path) -> AsyncIterator[ServerProcess]:
+    server = ServerProcess(tmp_path / "data")
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def restart_after_kill(server: ServerProcess) -> str:
+    await server.kill()
+    return await server.start()
+
+
+def client(session: aiohttp.ClientSession, url: str) -> McpHttp:
+    return McpHttp(session, url)
+
+
+async def test_a_task_handle_survives_kill_9_right_after_it_arrives(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """SEP-2663 §Creating Tasks: the task is durably created before `CreateTaskResult` is sent."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 30})
+    url = await restart_after_kill(server_process)
+    mcp = client(http_session, url)
+    reply = await mcp.get(task_id)
+    assert reply.result["taskId"] == task_id
+
+
+async def test_a_non_idempotent_task_whose_worker_died_fails_with_an_unknown_outcome(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """Lease rule (ours): the tool may have had side effects, so it is not re-run."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 30})
+    await mcp.wait_task(task_id, has_status_message)
+    mcp = client(http_session, await restart_after_kill(server_process))
+    done = await mcp.wait_status(task_id, "failed", "completed", "cancelled")
+    assert done["status"] == "failed"
+    assert "outcome is unknown" in done["statusMessage"]
+    assert done["error"]["code"] == -32603
+
+
+async def test_an_idempotent_task_whose_worker_died_is_run_again(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("sleeper_idempotent", {"seconds": 1})
+    await mcp.wait_task(task_id, has_status_message)
+    mcp = client(http_session, await restart_after_kill(server_process))
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=20)
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "slept 1s on attempt 2"
+
+
+async def test_finished_tasks_and_pending_input_survive_a_restart(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    mcp = client(http_session, await server_process.start())
+    finished = await mcp.start_task("slow_compute", {"seconds": 0, "label": "kept"})
+    done = await mcp.wait_status(finished, "completed")
+    mcp = client(http_session, await restart_after_kill(server_process))
+    assert (await mcp.get(finished)).result["result"] == done["result"]
+
+
+has_status_message: Callable[[dict[str, object]], bool] = lambda task: "statusMessage" in task  # noqa: E731

@@ -1,0 +1,59 @@
+"""The SQLite store's compare-and-swap and durability settings; manifest and settings validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from mcp_tasks.cli.settings import ServeSettings, Settings, SettingsError, validate
+from mcp_tasks.store.manifests import FileToolCatalog, load_manifest_file
+from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import InvalidToolManifest, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.owner import Owner
+from tests.conftest import REPO
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+async def test_store_is_wal_with_full_sync_and_cas_rejects_stale_writes(tmp_path: Path) -> None:
+    tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
+    async with SqliteTaskStore(tmp_path / "t.sqlite3") as store:
+        assert list(await store._w.execute_fetchall("PRAGMA journal_mode")) == [("wal",)]
+        assert list(await store._w.execute_fetchall("PRAGMA synchronous")) == [(2,)]
+        created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {"n": 2**70}, NOW))
+        assert (await store.get(created.task_id)).arguments == {"n": 2**70}
+        first = await store.compare_and_swap(dataclasses.replace(created, status_message="one"))
+        with pytest.raises(VersionConflict):
+            await store.compare_and_swap(dataclasses.replace(created, status_message="stale"))
+        assert (await store.get(created.task_id)).status_message == "one"
+        assert first.version == 2
+        with pytest.raises(TaskNotFound):
+            await store.get(created.task_id, Owner("a", "someone-else"))
+
+
+async def test_store_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite3"
+    async with SqliteTaskStore(path) as store:
+        await store._w.execute("PRAGMA user_version = 99")
+    with pytest.raises(RuntimeError, match="newer than this build"):
+        await SqliteTaskStore(path).open()
+
+
+def test_a_broken_manifest_names_its_file_and_field(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: mcptasks.io/v1alpha1\nkind: McpTool\nmetadata: {name: x}\n"
+        "spec: {name: x, description: d, inputSchema: {type: array}, container: {command: [x]}}\n"
+    )
+    with pytest.raises(InvalidToolManifest, match=r"bad\.yaml.*inputSchema"):
+        FileToolCatalog([tmp_path])
+
+
+def test_non_loopback_bind_without_tokens_is_refused() -> None:
+    settings = Settings(serve=ServeSettings(host="0.0.0.0", tools_dirs=(REPO / "examples" / "tools",)))
+    with pytest.raises(SettingsError, match="--tokens"):
+        validate(settings)

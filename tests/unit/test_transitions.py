@@ -1,0 +1,81 @@
+"""The task state machine: legal transitions only, key minting, partial answers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.manifests import load_manifest_file
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from tests.conftest import REPO
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+ELICIT = {
+    "method": "elicitation/create",
+    "params": {"message": "?", "requestedSchema": {"type": "object", "properties": {}}},
+}
+
+
+def fresh() -> TaskRecord:
+    tool = next(
+        t for t in load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml") if t.name == "multi_input"
+    )
+    return transitions.new_task(mint_task_id(), Owner("t", "s"), tool, {}, NOW)
+
+
+def test_task_ids_have_128_bits_and_are_header_safe() -> None:
+    ids = {mint_task_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 32 and i.isalnum() and i == i.lower() for i in ids)
+
+
+def test_keys_are_minted_once_per_task_life() -> None:
+    record, keys = transitions.add_input_requests(fresh(), [("name", ELICIT), ("name", ELICIT)], NOW)
+    assert keys == ["name", "name-2"]
+    record = transitions.answer_input_requests(record, {"name": {"action": "accept"}}, NOW)
+    record, later = transitions.add_input_requests(record, [("name", ELICIT)], NOW)
+    assert later == ["name-3"]
+    assert record.issued_input_keys == ("name", "name-2", "name-3")
+
+
+def test_partial_answers_keep_input_required_until_none_pending() -> None:
+    record, (a, b) = transitions.add_input_requests(fresh(), [("a", ELICIT), ("b", ELICIT)], NOW)
+    assert record.status is TaskStatus.INPUT_REQUIRED
+    record = transitions.answer_input_requests(record, {a: {"action": "accept"}, "zzz": {}}, NOW)
+    assert record.status is TaskStatus.INPUT_REQUIRED and list(record.input_requests) == [b]
+    record = transitions.answer_input_requests(record, {b: {"action": "decline"}}, NOW + timedelta(seconds=1))
+    assert record.status is TaskStatus.WORKING and record.last_updated_at == NOW + timedelta(seconds=1)
+    record, taken = transitions.take_input_responses(record, [a, b])
+    assert set(taken) == {a, b} and record.input_responses == {}
+    assert transitions.take_input_responses(record, [a])[1] == {}
+
+
+def test_terminal_states_never_change() -> None:
+    done = transitions.complete(fresh(), {"content": []}, NOW)
+    assert done.result == {"content": [], "resultType": "complete"}
+    for change in (
+        lambda r: transitions.fail(r, {"code": -32603, "message": "x"}, "x", NOW),
+        lambda r: transitions.cancel(r, NOW),
+        lambda r: transitions.add_input_requests(r, [("k", ELICIT)], NOW),
+        lambda r: transitions.set_status_message(r, "late", NOW),
+        lambda r: transitions.complete(r, {"content": [{"type": "text", "text": "second"}]}, NOW),
+    ):
+        with pytest.raises(IllegalTransition):
+            change(done)
+    assert transitions.request_cancel(done, "s", NOW) is done
+    assert transitions.answer_input_requests(done, {"k": {}}, NOW) is done
+
+
+def test_only_the_lease_holder_renews_and_running_tasks_keep_their_ttl_ahead() -> None:
+    record = transitions.claim(fresh(), "me", NOW, timedelta(seconds=30), retention_ms=60_000)
+    later = NOW + timedelta(hours=5)
+    renewed = transitions.renew(record, "me", later, timedelta(seconds=30), retention_ms=60_000)
+    assert renewed.created_at + timedelta(milliseconds=renewed.ttl_ms) >= later + timedelta(minutes=1)
+    with pytest.raises(LeaseLost):
+        transitions.renew(record, "someone-else", later, timedelta(seconds=30), retention_ms=60_000)
