@@ -135,7 +135,7 @@ class WorkerChannel:
             remaining = deadline - self.clock().timestamp()
             if remaining <= 0:
                 return {}
-            await self.store.wait_for_change(remaining)
+            await self.store.wait_for_change(remaining, task_id)
 
     async def finish(self, execution: Execution, body: Mapping[str, object]) -> None:
         """Record the tool's final `{result}` or `{error, statusMessage}`.

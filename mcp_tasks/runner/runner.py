@@ -102,6 +102,7 @@ class LocalRunner:
         self._web_runner: web.AppRunner | None = None
         self._base_url = ""
         self._closing = False
+        self._capacity_freed = asyncio.Event()
 
     @property
     def _lease(self) -> timedelta:
@@ -150,7 +151,13 @@ class LocalRunner:
                 raise
             except Exception:
                 logger.exception("claim pass failed; retrying")
-            await self.store.wait_for_change(self.settings.claim_poll_s)
+            # New tasks wake us at once; capacity freed by a finished supervisor does too.
+            new_task = asyncio.ensure_future(self.store.wait_for_new_tasks(self.settings.claim_poll_s))
+            freed = asyncio.ensure_future(self._capacity_freed.wait())
+            await asyncio.wait({new_task, freed}, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in (new_task, freed):
+                waiter.cancel()
+            self._capacity_freed.clear()
 
     async def _claim_runnable(self) -> None:
         capacity = self.settings.max_concurrent_tasks - len(self._supervisors)
@@ -214,6 +221,7 @@ class LocalRunner:
             await self._finish_if_running(record.task_id, failing("Internal error in the runner"))
         finally:
             self._supervisors.pop(record.task_id, None)
+            self._capacity_freed.set()
 
     async def _run_task(self, record: TaskRecord, tool: ToolSpec, execution: Execution) -> None:
         process = ToolProcess(tool, self._contract_env(execution))
@@ -273,7 +281,7 @@ class LocalRunner:
                 )
                 next_renew = now + timedelta(seconds=renew_every)
             until = min(deadline, next_renew) - now
-            change = asyncio.create_task(self.store.wait_for_change(max(until.total_seconds(), 0.01)))
+            change = asyncio.create_task(self.store.wait_for_change(max(until.total_seconds(), 0.01), task_id))
             await asyncio.wait({exited, change}, return_when=asyncio.FIRST_COMPLETED)
             if not change.done():
                 change.cancel()

@@ -70,8 +70,15 @@ class TaskStore(Protocol):
         """Delete up to `limit` terminal tasks past `created_at + ttl_ms`; return their ids."""
         ...
 
-    async def wait_for_change(self, timeout_s: float) -> None:
-        """Return when any record may have changed, or after `timeout_s` seconds (whichever is first)."""
+    async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
+        """Return when `task_id`'s record (or, without it, any record) may have changed, or after `timeout_s` s.
+
+        Spurious wake-ups are allowed; callers re-read. Waiters on one task are not woken by writes to others.
+        """
+        ...
+
+    async def wait_for_new_tasks(self, timeout_s: float) -> None:
+        """Return when a task may have been created, or after `timeout_s` seconds."""
         ...
 
 

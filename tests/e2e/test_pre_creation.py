@@ -9,7 +9,7 @@ from mcp_types import jsonrpc
 from tests.conftest import Embedded, McpHttp
 
 YES = {"confirm": {"action": "accept", "content": {"confirm": True}}}
-ELICIT_ONLY = {"elicitation": {}}
+ELICIT_ONLY: dict[str, Any] = {"elicitation": {}}
 
 
 async def first_round(mcp: McpHttp, caps: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -120,6 +120,8 @@ class SqliteTaskStore:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._changed = asyncio.Event()
+        self._task_changed: dict[str, asyncio.Event] = {}
+        self._created = asyncio.Event()
 
     async def __aenter__(self) -> SqliteTaskStore:
         await self.open()
@@ -204,9 +206,14 @@ class SqliteTaskStore:
             body,
         )
 
-    def _notify(self) -> None:
+    def _notify(self, task_ids: Sequence[str]) -> None:
+        """Wake waiters on these tasks and on any change (waiters on other tasks stay asleep)."""
         self._changed.set()
         self._changed = asyncio.Event()
+        for task_id in task_ids:
+            event = self._task_changed.pop(task_id, None)
+            if event is not None:
+                event.set()
 
     async def create(self, record: TaskRecord) -> TaskRecord:
         """Insert and commit (fsync) a new record; return it at version 1."""
@@ -215,7 +222,9 @@ class SqliteTaskStore:
             await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
         except sqlite3.IntegrityError as exc:
             raise VersionConflict(f"task {record.task_id} already exists") from exc
-        self._notify()
+        self._notify((record.task_id,))
+        self._created.set()
+        self._created = asyncio.Event()
         return _replace_version(record, 1)
 
     async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
@@ -243,7 +252,7 @@ class SqliteTaskStore:
             if not exists:
                 raise TaskNotFound(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
-        self._notify()
+        self._notify((record.task_id,))
         return _replace_version(record, record.version + 1)
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
@@ -262,23 +271,35 @@ class SqliteTaskStore:
             "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
             (to_epoch_ms(now), limit),
         )
-        if rows:
-            self._notify()
-        return [str(row[0]) for row in rows]
+        deleted = [str(row[0]) for row in rows]
+        if deleted:
+            self._notify(deleted)
+        return deleted
 
-    async def wait_for_change(self, timeout_s: float) -> None:
-        """Wait for a write by this process, or `min(timeout_s, poll_interval_s)` for other processes'."""
-        event = self._changed
-        try:
-            async with asyncio.timeout(min(timeout_s, self.poll_interval_s)):
-                await event.wait()
-        except TimeoutError:
-            return
+    async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
+        """Wait for a write by this process (to `task_id`, or to any task), or `min(timeout_s, poll_interval_s)`.
+
+        The bounded wait is how other processes' writes are noticed.
+        """
+        event = self._changed if task_id is None else self._task_changed.setdefault(task_id, asyncio.Event())
+        await _wait(event, min(timeout_s, self.poll_interval_s))
+
+    async def wait_for_new_tasks(self, timeout_s: float) -> None:
+        """Wait for a task created by this process, or `timeout_s` seconds (other processes' are found by polling)."""
+        await _wait(self._created, timeout_s)
 
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
         rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
         return int(rows[0][0]) if rows else 0
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
