@@ -1,0 +1,42 @@
+"""Call the SEP's `hello_world` tool with the official `mcp` SDK client and the tasks extension.
+
+Run `make run` in another terminal first, then: `.venv/bin/python examples/hello_client.py [URL]`.
+The client declares `io.modelcontextprotocol/tasks`, receives a task, answers the task's elicitation
+(asking you on the terminal) through `tasks/update`, and prints the final result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult
+
+from mcp_tasks.client import TasksClientExtension
+from mcp_tasks.protocol.models import GetTaskResult
+
+
+async def ask_on_terminal(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    answer = await asyncio.to_thread(input, f"{params.message} ")
+    return ElicitResult(action="accept", content={"name": answer.strip() or "world"})
+
+
+async def show(task: GetTaskResult) -> None:
+    print(
+        f"  task {task.task_id[:8]}…: {task.status.value}"
+        + (f" ({task.status_message})" if task.status_message else "")
+    )
+
+
+async def main(url: str) -> None:
+    async with Client(
+        url, extensions=[TasksClientExtension(on_update=show)], elicitation_callback=ask_on_terminal
+    ) as client:
+        result = await client.call_tool("hello_world", {})
+        print(result.content[0].text)  # type: ignore[union-attr]
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000/mcp"))
