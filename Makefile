@@ -29,10 +29,10 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install
-	$(BIN)/pytest -q
+	timeout 1200 $(BIN)/pytest -q
 
 conformance: install
-	bash conformance/run.sh
+	timeout 1200 bash conformance/run.sh
 
 test: lint typecheck pytest conformance
 

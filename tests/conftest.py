@@ -178,6 +178,16 @@ async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
     return Embedded(f"http://127.0.0.1:{port}/mcp", app, runner), web_runner
 
 
+@pytest.fixture(autouse=True)
+async def no_leaked_asyncio_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running after its fixtures are torn down (CONVENTIONS.md §Tests)."""
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    leaked = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    assert not leaked, f"leaked asyncio tasks: {[t.get_name() for t in leaked]}"
+
+
 @pytest.fixture
 async def embedded(tmp_path: Path) -> AsyncIterator[Embedded]:
     server, web_runner = await start_embedded(server_settings(tmp_path))

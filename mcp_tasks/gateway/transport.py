@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -121,6 +120,3 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
 async def method_not_allowed(request: web.Request) -> web.Response:
     """GET and DELETE: there is no standalone SSE stream and no session to delete (405)."""
     return web.Response(status=405, headers={"Allow": "POST"}, text="Use POST: MCP 2026-07-28 is stateless")
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -101,7 +101,6 @@ class LocalRunner:
         self._loops: list[asyncio.Task[None]] = []
         self._web_runner: web.AppRunner | None = None
         self._base_url = ""
-        self._closing = False
         self._capacity_freed = asyncio.Event()
 
     @property
@@ -125,7 +124,6 @@ class LocalRunner:
 
     async def aclose(self) -> None:
         """Stop claiming, stop running tools (their tasks follow the restart rules), stop the worker API."""
-        self._closing = True
         for loop in self._loops:
             loop.cancel()
         for loop in self._loops:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
@@ -172,7 +172,6 @@ __all__ = [
     "ArtifactStore",
     "Clock",
     "InputNeeded",
-    "TaskNotFound",
     "TaskStore",
     "ToolCatalog",
     "ToolExecutor",

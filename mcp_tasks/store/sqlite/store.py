@@ -141,8 +141,12 @@ class SqliteTaskStore:
         """Open the file (WAL, `synchronous=FULL`) and apply pending migrations."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = await self._connect()
-        await self._migrate(self._writer)
-        self._reader = await self._connect()
+        try:
+            await self._migrate(self._writer)
+            self._reader = await self._connect()
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def aclose(self) -> None:
         """Close both connections."""
