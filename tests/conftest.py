@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from mcp_tasks.cli.serve import build_app
+from mcp_tasks.cli.serve import LINGERING_TIME_S, build_app
 from mcp_tasks.cli.settings import ServeSettings, Settings, validate
 from mcp_tasks.gateway.context import Services
 from mcp_tasks.gateway.transport import SERVICES_KEY
@@ -171,7 +171,7 @@ class Embedded:
 
 async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
     app, runner = build_app(settings)
-    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2)
+    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, lingering_time=LINGERING_TIME_S)
     await web_runner.setup()
     await web.TCPSite(web_runner, "127.0.0.1", 0).start()
     port = web_runner.addresses[0][1]
@@ -185,6 +185,9 @@ async def no_leaked_asyncio_tasks() -> AsyncIterator[None]:
     yield
     current = asyncio.current_task()
     leaked = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    if leaked:  # connection handlers finish on the loop's next turns after the server closed them
+        await asyncio.wait(leaked, timeout=2.0)
+        leaked = [t for t in leaked if not t.done()]
     assert not leaked, f"leaked asyncio tasks: {[t.get_name() for t in leaked]}"
 
 

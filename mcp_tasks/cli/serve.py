@@ -29,6 +29,9 @@ from mcp_tasks.tasks.interfaces import utc_now
 
 logger = logging.getLogger("mcp_tasks.cli")
 
+LINGERING_TIME_S = 1.0
+"""How long aiohttp keeps draining a request body it answered early (e.g. 413), in seconds (aiohttp: 10)."""
+
 
 def load_request_state_key(data_dir: Path) -> bytes:
     """The HMAC key for `requestState`, created once (0600) so restarts and sibling processes share it."""
@@ -75,7 +78,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
 async def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; print where the server listens and how it authenticates."""
     app, _ = build_app(settings)
-    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, lingering_time=LINGERING_TIME_S)
     await web_runner.setup()
     site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
     await site.start()

@@ -90,11 +90,16 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                 final = ctx.complete({"_meta": dict(sub_meta)})
                 await response.write(_frame(result_response(request_id, final)))
                 break
-            waiter = asyncio.ensure_future(ctx.services.store.wait_for_change(keepalive))
-            stopper = asyncio.ensure_future(shutdown.wait())
-            done, _ = await asyncio.wait({waiter, stopper}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
-            for pending in (waiter, stopper):
-                pending.cancel()
+            waits = [
+                asyncio.ensure_future(ctx.services.store.wait_for_change(keepalive)),
+                asyncio.ensure_future(shutdown.wait()),
+            ]
+            try:
+                done, _ = await asyncio.wait(waits, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
             if not done:
                 await response.write(b": keepalive\n\n")
     except (ConnectionResetError, ConnectionError):

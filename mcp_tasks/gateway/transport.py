@@ -85,11 +85,11 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
     limit = services.settings.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _error(None, InvalidRequest(f"Request body exceeds {limit} bytes"), 413)
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        return _error(None, InvalidRequest(f"Request body exceeds {limit} bytes"), 413)
+    body = b"" if (request.content_length or 0) > limit else await request.content.read(limit + 1)
+    if (request.content_length or 0) > limit or len(body) > limit:
+        too_large = _error(None, InvalidRequest(f"Request body exceeds {limit} bytes; send less"), 413)
+        too_large.force_close()  # do not keep reading an oversized body on a kept-alive connection
+        return too_large
     request_id: RequestId | None = None
     try:
         payload = decode_body(body)

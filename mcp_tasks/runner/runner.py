@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -43,6 +44,17 @@ _OUTCOME_UNKNOWN: Final = (
     "The worker running this task was lost (server restart or crash) and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
+
+
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Wait until the first of `waits` finishes; cancel and reap the others, also when cancelled ourselves."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def failing(message: str) -> Transition:
@@ -150,11 +162,7 @@ class LocalRunner:
             except Exception:
                 logger.exception("claim pass failed; retrying")
             # New tasks wake us at once; capacity freed by a finished supervisor does too.
-            new_task = asyncio.ensure_future(self.store.wait_for_new_tasks(self.settings.claim_poll_s))
-            freed = asyncio.ensure_future(self._capacity_freed.wait())
-            await asyncio.wait({new_task, freed}, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in (new_task, freed):
-                waiter.cancel()
+            await first_of(self.store.wait_for_new_tasks(self.settings.claim_poll_s), self._capacity_freed.wait())
             self._capacity_freed.clear()
 
     async def _claim_runnable(self) -> None:
@@ -279,12 +287,9 @@ class LocalRunner:
                 )
                 next_renew = now + timedelta(seconds=renew_every)
             until = min(deadline, next_renew) - now
-            change = asyncio.create_task(self.store.wait_for_change(max(until.total_seconds(), 0.01), task_id))
-            await asyncio.wait({exited, change}, return_when=asyncio.FIRST_COMPLETED)
-            if not change.done():
-                change.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await change
+            await first_of(
+                self.store.wait_for_change(max(until.total_seconds(), 0.01), task_id), asyncio.shield(exited)
+            )
 
     async def _conclude(
         self, task_id: str, tool: ToolSpec, process: ToolProcess, execution: Execution, reason: str

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
-from tests.conftest import PLAIN_CAPS, McpHttp
+from tests.conftest import PLAIN_CAPS, McpHttp, server_settings, start_embedded
 
 BASE_HEADERS = {
     "Content-Type": "application/json",
@@ -225,3 +228,25 @@ async def test_oversized_body_is_413_with_a_json_rpc_error(mcp: McpHttp) -> None
     reply = await mcp.post(io.BytesIO(body.encode()), {**BASE_HEADERS, constants.HEADER_METHOD: "tools/list"})
     assert reply.status == 413
     assert reply.error["code"] == jsonrpc.INVALID_REQUEST
+
+
+async def test_tools_list_pages_with_an_opaque_cursor(tmp_path: Path, http_session: aiohttp.ClientSession) -> None:
+    """MCP 2026-07-28 pagination: `nextCursor` until the last page; all pages share one order."""
+    settings = server_settings(tmp_path)
+    settings = replace(settings, gateway=replace(settings.gateway, list_page_size=4))
+    server, web_runner = await start_embedded(settings)
+    try:
+        client = McpHttp(http_session, server.url)
+        names: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = (await client.request("tools/list", {"cursor": cursor} if cursor else {})).result
+            assert len(page["tools"]) <= 4
+            names += [tool["name"] for tool in page["tools"]]
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                break
+        assert names == [spec.name for spec in server.services.catalog.list_tools()]
+        assert len(names) > 8
+    finally:
+        await web_runner.cleanup()
