@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         asyncio.run(serve(settings))
-    except InvalidToolManifest as exc:
+    except (InvalidToolManifest, SettingsError) as exc:
         print(f"mcptasks: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from mcp_tasks import __version__
-from mcp_tasks.cli.settings import Settings
+from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.runner import LocalRunner
@@ -59,9 +59,12 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
     )
-    authenticator: Authenticator = (
-        TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
-    )
+    try:
+        authenticator: Authenticator = (
+            TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
+        )
+    except ValueError as exc:
+        raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {exc}") from exc
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()

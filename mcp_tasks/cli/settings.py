@@ -128,7 +128,7 @@ def validate(settings: Settings) -> Settings:
             "or bind a loopback address such as 127.0.0.1"
         )
     if serve.tokens_file is not None and not serve.tokens_file.is_file():
-        raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {serve.tokens_file} does not exist")
+        raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {serve.tokens_file} is not a file")
     if not serve.tools_dirs:
         raise SettingsError("--tools / MCPTASKS_TOOLS: give at least one folder of McpTool manifests")
     if settings.runner.inline_result_max_bytes <= 0 or settings.runner.max_concurrent_tasks <= 0:

@@ -48,21 +48,27 @@ class TokenFileAuthenticator:
     """Bearer tokens from a YAML file.
 
     Raises:
-        ValueError: at construction, when the file is malformed (the message names the entry).
+        ValueError: at construction, when the file is unreadable or malformed, or repeats a token
+            (the message names the file and the entry).
     """
 
     def __init__(self, path: Path) -> None:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: cannot read the token file: {exc}") from exc
         entries = document.get("tokens") if isinstance(document, dict) else None
         if not isinstance(entries, list) or not entries:
             raise ValueError(f"{path}: expected a top-level 'tokens:' list of {{token, tenant, subject}}")
         self._owners: dict[bytes, Owner] = {}
         for index, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not all(
-                isinstance(entry.get(k), str) and entry.get(k) for k in ("token", "tenant", "subject")
-            ):
+            fields = ("token", "tenant", "subject")
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in fields):
                 raise ValueError(f"{path}: tokens[{index}] needs non-empty string token, tenant and subject")
-            self._owners[hashlib.sha256(entry["token"].encode()).digest()] = Owner(entry["tenant"], entry["subject"])
+            digest = hashlib.sha256(entry["token"].encode()).digest()
+            if digest in self._owners:
+                raise ValueError(f"{path}: tokens[{index}] repeats an earlier token; every token must be unique")
+            self._owners[digest] = Owner(entry["tenant"], entry["subject"])
 
     def authenticate(self, headers: Mapping[str, str]) -> Owner:
         """Resolve `Authorization: Bearer <token>`."""

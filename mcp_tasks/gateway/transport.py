@@ -29,7 +29,7 @@ from mcp_tasks.protocol.jsonrpc import (
     peek_request_id,
     result_response,
 )
-from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound, VersionConflict
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
@@ -67,12 +67,28 @@ def _origin_allowed(request: web.Request, services: Services) -> bool:
     return settings.loopback_only and (host in _LOOPBACK_HOSTS or f"[{host}]" in _LOOPBACK_HOSTS)
 
 
+async def _read_body(request: web.Request, limit: int) -> bytes | None:
+    """The whole body, or `None` when it exceeds `limit` bytes (declared or actual, chunked or not)."""
+    if (request.content_length or 0) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def map_exception(exc: Exception) -> ProtocolError:
     """The one exception → JSON-RPC error mapper (CONVENTIONS.md §Errors)."""
     if isinstance(exc, ProtocolError):
         return exc
     if isinstance(exc, TaskNotFound):
         return InvalidParams("Failed to retrieve task: Task not found")
+    if isinstance(exc, InvalidInputResponse):
+        return InvalidParams(f"Invalid params: {exc}")
     if isinstance(exc, VersionConflict):
         return InternalError("The task is being changed concurrently; retry the request")
     logger.exception("unexpected error while handling a request", exc_info=exc)
@@ -84,9 +100,9 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES_KEY]
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
-    limit = services.settings.max_body_bytes
-    body = b"" if (request.content_length or 0) > limit else await request.content.read(limit + 1)
-    if (request.content_length or 0) > limit or len(body) > limit:
+    body = await _read_body(request, services.settings.max_body_bytes)
+    if body is None:
+        limit = services.settings.max_body_bytes
         too_large = _error(None, InvalidRequest(f"Request body exceeds {limit} bytes; send less"), 413)
         too_large.force_close()  # do not keep reading an oversized body on a kept-alive connection
         return too_large

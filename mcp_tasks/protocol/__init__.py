@@ -3,6 +3,6 @@
 Imports nothing of ours above it and does no I/O (ARCHITECTURE.md, layer `protocol`).
 """
 
-from mcp_tasks.protocol import constants, errors, headers, jsonrpc, models
+from mcp_tasks.protocol import constants, errors, headers, inputs, jsonrpc, models
 
-__all__ = ["constants", "errors", "headers", "jsonrpc", "models"]
+__all__ = ["constants", "errors", "headers", "inputs", "jsonrpc", "models"]

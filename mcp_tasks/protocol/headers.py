@@ -93,8 +93,10 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
     meta = message.params.get("_meta")
     if not isinstance(meta, dict):
         raise InvalidParams(
-            "Invalid params: params._meta is required on every 2026-07-28 request "
-            f"(with {constants.META_PROTOCOL_VERSION!r} and {constants.META_CLIENT_CAPABILITIES!r})"
+            "Invalid params: params._meta must be an object on every 2026-07-28 request "
+            f"(with {constants.META_PROTOCOL_VERSION!r} and {constants.META_CLIENT_CAPABILITIES!r}); "
+            f"this server speaks only {', '.join(constants.SUPPORTED_PROTOCOL_VERSIONS)}, without initialize",
+            {"supported": list(constants.SUPPORTED_PROTOCOL_VERSIONS)},
         )
     version = meta.get(constants.META_PROTOCOL_VERSION)
     if not isinstance(version, str) or not version:

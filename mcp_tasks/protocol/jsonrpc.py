@@ -38,12 +38,20 @@ def decode_body(body: bytes) -> Any:
     """Decode a POST body as JSON.
 
     Raises:
-        ParseError: the body is not UTF-8 JSON (-32700).
+        ParseError: the body is not UTF-8 JSON, is nested too deeply, or escapes a lone surrogate (-32700).
     """
     try:
-        return json.loads(body)
+        payload = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParseError("Parse error: the request body is not valid JSON") from exc
+    except RecursionError as exc:
+        raise ParseError("Parse error: the request body is nested too deeply") from exc
+    if b"\\ud" in body or b"\\uD" in body:  # only escapes can smuggle lone surrogates past the UTF-8 decoder
+        try:
+            json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ParseError("Parse error: the request body has an invalid Unicode escape (lone surrogate)") from exc
+    return payload
 
 
 def peek_request_id(payload: Any) -> RequestId | None:

@@ -25,6 +25,7 @@ from mcp_tasks.tasks.tools import ToolSpec
 logger = logging.getLogger("mcp_tasks.runner")
 
 STDERR_TAIL_BYTES: Final = 4096
+STDERR_DRAIN_S: Final = 0.5
 _PASSTHROUGH_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
 
 
@@ -50,6 +51,7 @@ class ToolProcess:
         self._tail: deque[bytes] = deque()
         self._tail_size = 0
         self._drain: asyncio.Task[None] | None = None
+        self._stderr_transport: asyncio.ReadTransport | None = None
 
     async def start(self) -> None:
         """Spawn the process.
@@ -65,25 +67,37 @@ class ToolProcess:
         cwd = container.working_dir or self.tool.base_dir
         if cwd is not None and self.tool.base_dir is not None:
             cwd = str(Path(self.tool.base_dir, cwd))
-        self._process = await asyncio.create_subprocess_exec(
-            *command_for(self.tool),
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        # stderr goes through a pipe of our own, not asyncio's: asyncio's Process.wait() also waits for
+        # its pipes to close, which a child that escaped the process group could postpone forever.
+        read_fd, write_fd = os.pipe()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *command_for(self.tool),
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=write_fd,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        reader = asyncio.StreamReader()
+        self._stderr_transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
         )
-        self._drain = asyncio.create_task(self._read_stderr(), name=f"stderr-{self._process.pid}")
+        self._drain = asyncio.create_task(self._read_stderr(reader), name=f"stderr-{self._process.pid}")
 
     @property
     def pid(self) -> int | None:
         """The process id, once started."""
         return None if self._process is None else self._process.pid
 
-    async def _read_stderr(self) -> None:
-        assert self._process is not None and self._process.stderr is not None  # set by start()
-        while chunk := await self._process.stderr.read(1024):
+    async def _read_stderr(self, reader: asyncio.StreamReader) -> None:
+        while chunk := await reader.read(1024):
             self._tail.append(chunk)
             self._tail_size += len(chunk)
             while self._tail_size - len(self._tail[0]) >= STDERR_TAIL_BYTES:
@@ -94,17 +108,31 @@ class ToolProcess:
         return b"".join(self._tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
 
     async def wait(self) -> int:
-        """Wait for exit (stderr drained) and return the exit code (negative: killed by that signal)."""
+        """Wait for exit and return the exit code (negative: killed by that signal).
+
+        Then stop whatever the tool left behind in its process group, and read what is left of stderr
+        for at most `STDERR_DRAIN_S` (a child that escaped the group may hold the pipe open forever).
+        """
         if self._process is None:
             raise RuntimeError("process not started")
         code = await self._process.wait()
+        self._signal_group(signal.SIGKILL)
         if self._drain is not None:
+            done, _ = await asyncio.wait({self._drain}, timeout=STDERR_DRAIN_S)
+            if not done:
+                self._drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._drain
+        if self._stderr_transport is not None:
+            self._stderr_transport.close()
         return code
 
     def _signal(self, signum: int) -> None:
         if self._process is not None and self._process.returncode is None:
+            self._signal_group(signum)
+
+    def _signal_group(self, signum: int) -> None:
+        if self._process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signum)
 
@@ -122,5 +150,4 @@ class ToolProcess:
         except TimeoutError:
             logger.warning("tool process %s ignored SIGTERM for %.1fs; killing it", self._process.pid, grace_s)
             self._signal(signal.SIGKILL)
-            await self._process.wait()
         await self.wait()

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 from mcp_types import jsonrpc
@@ -55,6 +55,17 @@ async def first_of(*waits: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def error_result(text: str) -> JsonObject:
+    """A `CallToolResult` with one text block and `isError: true`."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def exited_without_result(tool: ToolSpec, code: int, stderr_tail: str) -> JsonObject:
+    """The `isError` result of a tool process that exited without posting one: exit code and stderr tail."""
+    text = f"Tool {tool.name!r} exited with code {code} without a result"
+    return error_result(f"{text}. stderr (last lines):\n{stderr_tail}" if stderr_tail else text)
 
 
 def failing(message: str) -> Transition:
@@ -122,7 +133,8 @@ class LocalRunner:
     async def start(self) -> None:
         """Serve the worker API on a free loopback port, then start the claim and sweep loops."""
         app = create_worker_app(self.executions, self.channel, self.settings.artifact_max_bytes + 64 * 1024)
-        self._web_runner = web.AppRunner(app, access_log=None)
+        # A tool's long-poll must not hold up shutdown: cancel handlers whose tool is gone, wait ≤1 s.
+        self._web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
         await self._web_runner.setup()
         site = web.TCPSite(self._web_runner, "127.0.0.1", 0)
         await site.start()
@@ -316,11 +328,7 @@ class LocalRunner:
         code = await process.wait()
         if execution.outcome.done():
             return
-        tail = process.stderr_tail()
-        text = f"Tool {tool.name!r} exited with code {code} without a result"
-        if tail:
-            text += f". stderr (last lines):\n{tail}"
-        result = {"content": [{"type": "text", "text": text}], "isError": True}
+        result = exited_without_result(tool, code, process.stderr_tail())
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
 
@@ -369,39 +377,37 @@ class LocalRunner:
             tool=tool, arguments=arguments, task_id=None, pre_input_responses=dict(pre_input_responses)
         )
         process = ToolProcess(tool, self._contract_env(execution))
+        grace = tool.execution.cancel_grace_seconds
         self.executions.add(execution)
         try:
-            await process.start()
+            try:
+                await process.start()
+            except OSError as exc:
+                return error_result(f"Cannot start tool {tool.name!r}: {exc.strerror or exc}")
             exited = asyncio.create_task(process.wait(), name=f"inline-{tool.name}")
             try:
                 async with asyncio.timeout(tool.execution.sync_timeout_seconds):
-                    either: list[asyncio.Future[Any]] = [exited, execution.outcome]
-                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                    await first_of(asyncio.shield(exited), asyncio.shield(execution.outcome))
                     if not execution.outcome.done():
                         # Exited first: give a racing result POST a moment, then conclude from the exit.
                         await asyncio.wait({execution.outcome}, timeout=0.05)
+                finished = execution.outcome.done() and isinstance(execution.outcome.result(), Finished)
+                if finished and not exited.done():
+                    # The result is in: let the tool finish its own clean-up, as a task's tool may.
+                    await asyncio.wait({exited}, timeout=max(grace, 1.0))
             finally:
-                await process.stop(tool.execution.cancel_grace_seconds if not exited.done() else 0)
-                if not exited.done():
-                    exited.cancel()
-            if execution.outcome.done():
-                outcome = execution.outcome.result()
-                if isinstance(outcome, AskedForInput):
-                    raise InputNeeded(tool.name)
-                if isinstance(outcome, Finished) and outcome.result is not None:
-                    return outcome.result
-                error = (outcome.error if isinstance(outcome, Finished) else None) or {}
-                return {
-                    "content": [{"type": "text", "text": str(error.get("message", "tool failed"))}],
-                    "isError": True,
-                }
-            code = exited.result()
-            tail = process.stderr_tail()
-            text = f"Tool {tool.name!r} exited with code {code} without a result"
-            return {
-                "content": [{"type": "text", "text": text + (f". stderr:\n{tail}" if tail else "")}],
-                "isError": True,
-            }
+                await process.stop(grace)
+                exited.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await exited
+            if not execution.outcome.done():
+                return exited_without_result(tool, exited.result(), process.stderr_tail())
+            outcome = execution.outcome.result()
+            if isinstance(outcome, AskedForInput):
+                raise InputNeeded(tool.name)
+            if outcome.result is not None:
+                return outcome.result
+            return error_result(str((outcome.error or {}).get("message", "tool failed")))
         finally:
             self.executions.remove(execution)
 

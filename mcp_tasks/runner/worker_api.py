@@ -7,12 +7,13 @@ semantics live in `WorkerChannel` (runner.channel); this module only speaks HTTP
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Final
 
 from aiohttp import web
 
+from mcp_tasks.protocol import jsonrpc
+from mcp_tasks.protocol.errors import ParseError
 from mcp_tasks.runner.channel import ChannelError, WorkerChannel
 from mcp_tasks.runner.executions import Execution, ExecutionTable
 from mcp_tasks.runtime import contract
@@ -34,9 +35,9 @@ def _execution(request: web.Request) -> Execution:
 
 async def _json_body(request: web.Request) -> dict[str, object]:
     try:
-        body = await request.json(loads=json.loads)
-    except ValueError as exc:
-        raise web.HTTPBadRequest(text="body must be a JSON object") from exc
+        body = jsonrpc.decode_body(await request.read())
+    except ParseError as exc:
+        raise web.HTTPBadRequest(text=f"body must be a JSON object: {exc.message}") from exc
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="body must be a JSON object")
     return body

@@ -23,6 +23,10 @@ class LeaseLost(TaskError):
     """The caller's worker lease on a task is gone (expired, or claimed by another holder)."""
 
 
+class InvalidInputResponse(TaskError):
+    """An answer in `tasks/update` does not fit the input request it answers (e.g. not an `ElicitResult`)."""
+
+
 class ResultTooLarge(TaskError):
     """A tool result exceeds the artifact limit and cannot be stored at all."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
-from mcp_tasks.protocol import constants
+from mcp_tasks.protocol import constants, inputs
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost
+from mcp_tasks.tasks.errors import IllegalTransition, InvalidInputResponse, LeaseLost
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord, to_epoch_ms
@@ -141,21 +141,27 @@ def add_input_requests(
     return updated, minted
 
 
-def answer_input_requests(record: TaskRecord, responses: Mapping[str, object], now: datetime) -> TaskRecord:
+def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now: datetime) -> TaskRecord:
     """Apply `tasks/update` answers: pending keys move to `input_responses`; others are ignored.
 
     The task returns to `working` when nothing is pending. A terminal task, or an update that names
     no pending key, returns the record unchanged (the update is still acknowledged).
+
+    Raises:
+        InvalidInputResponse: an answer to a pending key does not fit its request's method (nothing applied).
     """
     if record.status.is_terminal:
         return record
     answered = {key: value for key, value in responses.items() if key in record.input_requests}
     if not answered:
         return record
+    for key, value in answered.items():
+        problem = inputs.response_problem(str(record.input_requests[key].get("method")), value)
+        if problem is not None:
+            raise InvalidInputResponse(f"inputResponses[{key!r}] {problem}; the request is still pending")
     pending = {key: value for key, value in record.input_requests.items() if key not in answered}
     stored = dict(record.input_responses)
-    for key, value in answered.items():
-        stored[key] = value if isinstance(value, dict) else {"value": value}
+    stored.update(answered)
     status = TaskStatus.INPUT_REQUIRED if pending else TaskStatus.WORKING
     return _move(record, status, now, input_requests=pending, input_responses=stored)
 

@@ -48,6 +48,16 @@ def confirmed(ctx: ToolContext) -> str:
     return f"confirmed={answer.get('content', {}).get('confirm')} task={ctx.task_id is not None}"
 
 
+def forker(ctx: ToolContext) -> str:
+    """Leaves a child in its own session holding our stderr, then works until cancelled."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    ctx.report(f"child {child.pid}")
+    time.sleep(60)
+    return "never"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
@@ -58,6 +68,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "asker": asker,
     "short_ttl": sleeper,
     "confirmed": confirmed,
+    "forker": forker,
 }
 
 if __name__ == "__main__":
