@@ -18,12 +18,10 @@ from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
-from mcp_tasks.protocol.models import CreateTaskResult
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import InputNeeded
-from mcp_tasks.tasks.record import iso_ms
 from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
 logger = logging.getLogger("mcp_tasks.gateway")
@@ -161,12 +159,4 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
     except VersionConflict:
         stored = await ctx.services.store.get(task_id, ctx.owner)
     logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
-    result = CreateTaskResult(
-        task_id=stored.task_id,
-        status=stored.status,
-        created_at=iso_ms(stored.created_at),
-        last_updated_at=iso_ms(stored.last_updated_at),
-        ttl_ms=stored.ttl_ms,
-        poll_interval_ms=stored.poll_interval_ms,
-    ).to_wire()
-    return ctx.complete(result)
+    return ctx.complete(stored.to_created_result().to_wire())

@@ -173,8 +173,12 @@ class LocalRunner:
                 raise
             except Exception:
                 logger.exception("claim pass failed; retrying")
-            # New tasks wake us at once; capacity freed by a finished supervisor does too.
-            await first_of(self.store.wait_for_new_tasks(self.settings.claim_poll_s), self._capacity_freed.wait())
+            # New tasks wake us only while there is room to run them; freed capacity always does.
+            if len(self._supervisors) < self.settings.max_concurrent_tasks:
+                more = self.store.wait_for_new_tasks(self.settings.claim_poll_s)
+            else:
+                more = asyncio.sleep(self.settings.claim_poll_s)
+            await first_of(more, self._capacity_freed.wait())
             self._capacity_freed.clear()
 
     async def _claim_runnable(self) -> None:

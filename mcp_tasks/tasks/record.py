@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.protocol.models import DetailedTask, TaskStatus
+from mcp_tasks.protocol.models import CreateTaskResult, DetailedTask, TaskStatus
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
 
@@ -83,6 +83,18 @@ class TaskRecord:
     def is_expired(self, now: datetime) -> bool:
         """True when the task is terminal and past `created_at + ttl_ms` (SEP-2663 TTL)."""
         return self.status.is_terminal and now >= self.expires_at
+
+    def to_created_result(self) -> CreateTaskResult:
+        """The flat `CreateTaskResult` that hands this task out on `tools/call` (SEP-2663 Creating Tasks)."""
+        return CreateTaskResult(
+            task_id=self.task_id,
+            status=self.status,
+            status_message=self.status_message,
+            created_at=iso_ms(self.created_at),
+            last_updated_at=iso_ms(self.last_updated_at),
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+        )
 
     def to_wire_task(self) -> DetailedTask:
         """The `DetailedTask` that `tasks/get` and `notifications/tasks` carry for this record."""
