@@ -22,13 +22,10 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import InputNeeded
+from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
 logger = logging.getLogger("mcp_tasks.gateway")
-
-
-def _text_error(text: str) -> JsonObject:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 async def call_tool(ctx: RequestContext) -> JsonObject:
@@ -54,7 +51,7 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
         )
     problems = tool.argument_errors(arguments)
     if problems:
-        return ctx.complete(_text_error(f"Invalid arguments for tool {name!r}: " + "; ".join(problems)))
+        return ctx.complete(error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems)))
 
     policy = tool.execution.task_policy
     as_task = ctx.envelope.declares_tasks and policy is not TaskPolicy.NEVER
@@ -66,14 +63,15 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
         round_result = _pre_creation_round(ctx, tool, arguments)
         if round_result is not None:
             return round_result
-        pre_input = dict(ctx.params.get("inputResponses") or {})
+        answers = ctx.params.get("inputResponses") or {}
+        pre_input = {key: answers[key] for key in tool.manifest.input_before_task}
         declined = [
             key
             for key in tool.manifest.input_before_task
             if isinstance(pre_input.get(key), dict) and pre_input[key].get("action") in {"decline", "cancel"}
         ]
         if declined:
-            return ctx.complete(_text_error(f"Not started: the request for {', '.join(declined)} was declined"))
+            return ctx.complete(error_result(f"Not started: the request for {', '.join(declined)} was declined"))
 
     if as_task:
         return await _create_task(ctx, tool, arguments, pre_input)
@@ -83,7 +81,7 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
         raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
     except TimeoutError:
         return ctx.complete(
-            _text_error(
+            error_result(
                 f"Tool {name!r} did not finish within {tool.execution.sync_timeout_seconds:g}s; "
                 "call it with the tasks extension to run it as a task"
             )

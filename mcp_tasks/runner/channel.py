@@ -147,16 +147,10 @@ class WorkerChannel:
         if execution.task_id is None:
             if outcome.result is not None and len(results.encode(outcome.result)) > self.inline_result_max_bytes:
                 outcome = Finished(
-                    result={
-                        "content": [
-                            {
-                                "type": "text",
-                                "text": "The result is too large for a synchronous call; "
-                                "call this tool with the tasks extension to receive it as a resource link",
-                            }
-                        ],
-                        "isError": True,
-                    }
+                    result=results.error_result(
+                        "The result is too large for a synchronous call; call this tool with the tasks "
+                        "extension to receive it as a resource link"
+                    )
                 )
             if not execution.settle(outcome):
                 raise ChannelError(409, "the execution already finished")

@@ -36,6 +36,7 @@ from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, TaskNotFound, V
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InputNeeded, TaskStore, ToolCatalog, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -55,11 +56,6 @@ async def first_of(*waits: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def error_result(text: str) -> JsonObject:
-    """A `CallToolResult` with one text block and `isError: true`."""
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def exited_without_result(tool: ToolSpec, code: int, stderr_tail: str) -> JsonObject:

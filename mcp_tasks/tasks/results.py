@@ -17,6 +17,11 @@ RESULT_ARTIFACT_NAME: Final = "result.json"
 RESULT_ARTIFACT_MIME: Final = "application/json"
 
 
+def error_result(text: str) -> JsonObject:
+    """A `CallToolResult` with one text block and `isError: true` (a tool error, SEP-1303)."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
 def encode(result: JsonObject) -> bytes:
     """Compact UTF-8 JSON of a result, as it would be stored."""
     return json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
