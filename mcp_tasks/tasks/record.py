@@ -84,28 +84,26 @@ class TaskRecord:
         """True when the task is terminal and past `created_at + ttl_ms` (SEP-2663 TTL)."""
         return self.status.is_terminal and now >= self.expires_at
 
+    def _task_fields(self) -> dict[str, Any]:
+        """The `Task` fields every wire form of this record shares (SEP-2663 `Task`)."""
+        return {
+            "task_id": self.task_id,
+            "status": self.status,
+            "status_message": self.status_message,
+            "created_at": iso_ms(self.created_at),
+            "last_updated_at": iso_ms(self.last_updated_at),
+            "ttl_ms": self.ttl_ms,
+            "poll_interval_ms": self.poll_interval_ms,
+        }
+
     def to_created_result(self) -> CreateTaskResult:
         """The flat `CreateTaskResult` that hands this task out on `tools/call` (SEP-2663 Creating Tasks)."""
-        return CreateTaskResult(
-            task_id=self.task_id,
-            status=self.status,
-            status_message=self.status_message,
-            created_at=iso_ms(self.created_at),
-            last_updated_at=iso_ms(self.last_updated_at),
-            ttl_ms=self.ttl_ms,
-            poll_interval_ms=self.poll_interval_ms,
-        )
+        return CreateTaskResult(**self._task_fields())
 
     def to_wire_task(self) -> DetailedTask:
         """The `DetailedTask` that `tasks/get` and `notifications/tasks` carry for this record."""
         return DetailedTask(
-            task_id=self.task_id,
-            status=self.status,
-            status_message=self.status_message,
-            created_at=iso_ms(self.created_at),
-            last_updated_at=iso_ms(self.last_updated_at),
-            ttl_ms=self.ttl_ms,
-            poll_interval_ms=self.poll_interval_ms,
+            **self._task_fields(),
             input_requests=dict(self.input_requests) if self.status is TaskStatus.INPUT_REQUIRED else None,
             result=strip_related_task(self.result) if self.status is TaskStatus.COMPLETED else None,
             error=self.error if self.status is TaskStatus.FAILED else None,
