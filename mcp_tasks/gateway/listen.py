@@ -73,6 +73,8 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
         )
         seen: dict[str, int] = {}
         keepalive = ctx.services.settings.listen_keepalive_s
+        clock = asyncio.get_running_loop().time
+        last_write = clock()
         while True:
             for task_id in list(task_ids):
                 try:
@@ -84,6 +86,7 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                     seen[task_id] = record.version
                     params = {**render_task(ctx, record), "_meta": sub_meta}
                     await response.write(_frame(notification(constants.NOTIFICATION_TASKS, params)))
+                    last_write = clock()
                     if record.status.is_terminal:
                         task_ids.remove(task_id)
             if ("taskIds" in filters and not task_ids) or shutdown.is_set():
@@ -95,13 +98,15 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                 asyncio.ensure_future(shutdown.wait()),
             ]
             try:
-                done, _ = await asyncio.wait(waits, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiter in waits:
                     waiter.cancel()
                 await asyncio.gather(*waits, return_exceptions=True)
-            if not done:
+            # The store wakes us often (it polls for other processes), so pace keepalives by the clock.
+            if clock() - last_write >= keepalive:
                 await response.write(b": keepalive\n\n")
+                last_write = clock()
     except (ConnectionResetError, ConnectionError):
         logger.debug("listen stream %s closed by the client", request_id)
     return response

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
-from tests.conftest import PLAIN_CAPS, McpHttp
+from tests.conftest import PLAIN_CAPS, McpHttp, server_settings, start_embedded
 
 
 def frames(body: str) -> list[dict[str, Any]]:
@@ -44,3 +48,28 @@ async def test_listen_for_task_ids_without_the_extension_is_32021_as_json(mcp: M
     reply = await mcp.request("subscriptions/listen", {"notifications": {"taskIds": ["x"]}}, caps=PLAIN_CAPS)
     assert reply.status == 400
     assert reply.error["code"] == jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_a_quiet_listen_stream_carries_keepalive_comments(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Our choice (SSE comments are encouraged): a keepalive after `listen_keepalive_s` without a frame."""
+    settings = server_settings(tmp_path)
+    settings = replace(settings, gateway=replace(settings.gateway, listen_keepalive_s=0.3))
+    server, web_runner = await start_embedded(settings)
+    try:
+        client = McpHttp(http_session, server.url)
+        task_id = await client.start_task("confirm_delete", {"filename": "quiet.txt"})
+        await client.wait_status(task_id, "input_required")
+
+        async def answer_later() -> None:
+            await asyncio.sleep(1.0)  # the quiet period under test
+            await client.update(task_id, {"confirm": {"action": "accept", "content": {"confirm": True}}})
+
+        reply, _ = await asyncio.gather(
+            client.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}), answer_later()
+        )
+        assert ": keepalive" in reply.body
+        assert frames(reply.body)[-1]["id"] is not None
+    finally:
+        await web_runner.cleanup()
