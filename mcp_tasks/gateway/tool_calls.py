@@ -154,7 +154,7 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
     )
     try:
         stored = await ctx.services.store.create(record)
-    except VersionConflict:
-        stored = await ctx.services.store.get(task_id, ctx.owner)
+    except VersionConflict:  # the same final round again: hand back the task it already created
+        return ctx.complete((await ctx.services.store.get(task_id, ctx.owner)).to_created_result().to_wire())
     logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
     return ctx.complete(stored.to_created_result().to_wire())
