@@ -40,13 +40,23 @@ def _configure_logging(level: str, as_json: bool) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
+def _add_server_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--host", help="bind address (default 127.0.0.1; non-loopback needs --tokens) [MCPTASKS_HOST]")
+    command.add_argument("--port", type=int, help="TCP port (default 8000) [MCPTASKS_PORT]")
+    command.add_argument(
+        "--data-dir", type=Path, help="database, artifacts and keys (default .data) [MCPTASKS_DATA_DIR]"
+    )
+    command.add_argument("--tokens", type=Path, metavar="FILE", help="YAML bearer-token file [MCPTASKS_TOKENS]")
+    command.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
+    command.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcptasks", description="Durable MCP Tasks for long-running tool calls.")
     parser.add_argument("--version", action="version", version=f"mcptasks {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the embedded server: SQLite store + local runner")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1; non-loopback needs --tokens) [MCPTASKS_HOST]")
-    serve.add_argument("--port", type=int, help="TCP port (default 8000) [MCPTASKS_PORT]")
+    _add_server_flags(serve)
     serve.add_argument(
         "--tools",
         action="append",
@@ -54,10 +64,27 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="folder of McpTool manifests; repeatable (default examples/tools) [MCPTASKS_TOOLS]",
     )
-    serve.add_argument("--data-dir", type=Path, help="database, artifacts and keys (default .data) [MCPTASKS_DATA_DIR]")
-    serve.add_argument("--tokens", type=Path, metavar="FILE", help="YAML bearer-token file [MCPTASKS_TOKENS]")
-    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
-    serve.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+    gateway = commands.add_parser("gateway", help="run the gateway on Kubernetes: McpTask store + McpTool catalog")
+    _add_server_flags(gateway)
+    gateway.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config) [MCPTASKS_KUBECONFIG]",
+    )
+    gateway.add_argument("--context", help="kubeconfig context (default: current) [MCPTASKS_KUBE_CONTEXT]")
+    gateway.add_argument(
+        "--namespace",
+        help="namespace of McpTasks and McpTools (default: the pod's or the context's) [MCPTASKS_NAMESPACE]",
+    )
+    gateway.add_argument(
+        "--runner",
+        choices=["none", "local"],
+        help="who runs tasks: none = the operator (default), local = this process, for development [MCPTASKS_RUNNER]",
+    )
+    crds = commands.add_parser("crds", help="print the CustomResourceDefinitions (pipe to kubectl apply -f -)")
+    crds.add_argument("--write", type=Path, metavar="DIR", help="write them as files into DIR instead")
+    crds.add_argument("--check", type=Path, metavar="DIR", help="exit 1 if the files in DIR differ from the code")
     return parser
 
 
@@ -73,9 +100,10 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
         serve = replace(serve, host=args.host)
     if args.port is not None:
         serve = replace(serve, port=args.port)
-    if args.tools:
-        serve = replace(serve, tools_dirs=tuple(args.tools))
-    elif not serve.tools_dirs and Path("examples/tools").is_dir():
+    tools = getattr(args, "tools", None)
+    if tools:
+        serve = replace(serve, tools_dirs=tuple(tools))
+    elif args.command == "serve" and not serve.tools_dirs and Path("examples/tools").is_dir():
         serve = replace(serve, tools_dirs=(Path("examples/tools"),))
     if args.data_dir is not None:
         serve = replace(serve, data_dir=args.data_dir)
@@ -85,22 +113,57 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
         serve = replace(serve, log_level=args.log_level)
     if args.log_json:
         serve = replace(serve, log_json=True)
-    return validate(replace(settings, serve=serve))
+    kube = settings.kubernetes
+    for name in ("kubeconfig", "context", "namespace", "runner"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kube = replace(kube, **{name: value})
+    return validate(replace(settings, serve=serve, kubernetes=kube), args.command)
+
+
+def _crds(args: argparse.Namespace) -> int:
+    from mcp_tasks.store.kubernetes import crds
+
+    files = crds.rendered()
+    if args.check is not None:
+        stale = [
+            name
+            for name, text in files.items()
+            if not (args.check / name).is_file() or (args.check / name).read_text(encoding="utf-8") != text
+        ]
+        for name in stale:
+            print(
+                f"mcptasks: {args.check / name} differs from the models; run `mcptasks crds --write {args.check}`",
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
+    if args.write is not None:
+        args.write.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (args.write / name).write_text(text, encoding="utf-8")
+            print(args.write / name)
+        return 0
+    print("---\n".join(text for text in files.values()), end="")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mcptasks` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "crds":
+        return _crds(args)
     try:
         settings = load_settings(args, dict(os.environ))
     except SettingsError as exc:
         print(f"mcptasks: {exc}", file=sys.stderr)
         return 2
     _configure_logging(settings.serve.log_level, settings.serve.log_json)
+    from mcp_tasks.cli.gateway import gateway
     from mcp_tasks.cli.serve import serve
 
+    run = serve if args.command == "serve" else gateway
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(run(settings))
     except (InvalidToolManifest, SettingsError) as exc:
         print(f"mcptasks: {exc}", file=sys.stderr)
         return 2

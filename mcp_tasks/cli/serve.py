@@ -59,12 +59,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
     )
-    try:
-        authenticator: Authenticator = (
-            TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
-        )
-    except ValueError as exc:
-        raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {exc}") from exc
+    authenticator = authenticator_for(settings)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()
@@ -78,9 +73,24 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     return create_app(services, authenticator, lifecycle), runner
 
 
-async def serve(settings: Settings) -> None:
-    """Run until SIGINT/SIGTERM; print where the server listens and how it authenticates."""
-    app, _ = build_app(settings)
+def authenticator_for(settings: Settings) -> Authenticator:
+    """Bearer tokens from `--tokens`, else the single local principal.
+
+    Raises:
+        SettingsError: the token file is malformed.
+    """
+    serve = settings.serve
+    try:
+        return TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
+    except ValueError as exc:
+        raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {exc}") from exc
+
+
+async def run_until_signalled(app: web.Application, settings: Settings, where: str) -> None:
+    """Serve `app` on `--host`/`--port` until SIGINT/SIGTERM; print where it listens and how it authenticates.
+
+    `where` is a second banner line (data folder, cluster namespace, ...).
+    """
     web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, lingering_time=LINGERING_TIME_S)
     await web_runner.setup()
     site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
@@ -92,10 +102,7 @@ async def serve(settings: Settings) -> None:
         else "no token file: one local principal, loopback only"
     )
     print(f"mcp-tasks {__version__} serving MCP on http://{host}:{port}/mcp ({auth})", flush=True)
-    print(
-        f"data: {settings.serve.data_dir.resolve()}  tools: {', '.join(map(str, settings.serve.tools_dirs))}",
-        flush=True,
-    )
+    print(where, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -105,3 +112,10 @@ async def serve(settings: Settings) -> None:
     finally:
         print("shutting down", flush=True)
         await web_runner.cleanup()
+
+
+async def serve(settings: Settings) -> None:
+    """`mcptasks serve`: run the embedded server until SIGINT/SIGTERM."""
+    app, _ = build_app(settings)
+    where = f"data: {settings.serve.data_dir.resolve()}  tools: {', '.join(map(str, settings.serve.tools_dirs))}"
+    await run_until_signalled(app, settings, where)

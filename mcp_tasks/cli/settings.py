@@ -54,12 +54,35 @@ class ServeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """Where `mcptasks gateway` finds its cluster (group `kubernetes` of `Settings`).
+
+    Attributes:
+        kubeconfig: kubeconfig file; `None` means in-cluster config when running in a pod, else
+            `$KUBECONFIG` or `~/.kube/config`.
+        context: kubeconfig context (default: the current one).
+        namespace: namespace of the McpTasks and McpTools (default: the pod's namespace in-cluster,
+            else the context's namespace, else `default`).
+        runner: `none` (tasks are run by the operator) or `local` (this process runs them as local
+            processes, like `mcptasks serve`; for development and tests).
+        watch_timeout_s: server-side timeout of one WATCH request, in seconds; the watch then resumes.
+    """
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+    namespace: str | None = None
+    runner: str = "none"
+    watch_timeout_s: int = 300
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
-    """All settings of the embedded server, by group."""
+    """All settings of `mcptasks serve` and `mcptasks gateway`, by group."""
 
     serve: ServeSettings = field(default_factory=ServeSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
 
 
 _ENV_INT = {
@@ -72,8 +95,18 @@ _ENV_FLOAT = {
     "MCPTASKS_LEASE_DURATION_S": ("runner", "lease_duration_s"),
     "MCPTASKS_SWEEP_INTERVAL_S": ("runner", "sweep_interval_s"),
 }
-_ENV_STR = {"MCPTASKS_HOST": ("serve", "host"), "MCPTASKS_LOG_LEVEL": ("serve", "log_level")}
-_ENV_PATH = {"MCPTASKS_DATA_DIR": ("serve", "data_dir"), "MCPTASKS_TOKENS": ("serve", "tokens_file")}
+_ENV_STR = {
+    "MCPTASKS_HOST": ("serve", "host"),
+    "MCPTASKS_LOG_LEVEL": ("serve", "log_level"),
+    "MCPTASKS_NAMESPACE": ("kubernetes", "namespace"),
+    "MCPTASKS_KUBE_CONTEXT": ("kubernetes", "context"),
+    "MCPTASKS_RUNNER": ("kubernetes", "runner"),
+}
+_ENV_PATH = {
+    "MCPTASKS_DATA_DIR": ("serve", "data_dir"),
+    "MCPTASKS_TOKENS": ("serve", "tokens_file"),
+    "MCPTASKS_KUBECONFIG": ("kubernetes", "kubeconfig"),
+}
 
 
 def _set(settings: Settings, group: str, name: str, value: object) -> Settings:
@@ -113,8 +146,8 @@ def from_environment(settings: Settings, environ: Mapping[str, str]) -> Settings
     return settings
 
 
-def validate(settings: Settings) -> Settings:
-    """Check cross-field rules and finish derived values.
+def validate(settings: Settings, command: str = "serve") -> Settings:
+    """Check cross-field rules for `command` (`serve` or `gateway`) and finish derived values.
 
     Raises:
         SettingsError: e.g. a non-loopback `--host` without `--tokens`.
@@ -129,8 +162,12 @@ def validate(settings: Settings) -> Settings:
         )
     if serve.tokens_file is not None and not serve.tokens_file.is_file():
         raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {serve.tokens_file} is not a file")
-    if not serve.tools_dirs:
+    if command == "serve" and not serve.tools_dirs:
         raise SettingsError("--tools / MCPTASKS_TOOLS: give at least one folder of McpTool manifests")
+    if settings.kubernetes.runner not in ("none", "local"):
+        raise SettingsError(f"--runner / MCPTASKS_RUNNER must be none or local, got {settings.kubernetes.runner!r}")
+    if settings.kubernetes.kubeconfig is not None and not settings.kubernetes.kubeconfig.is_file():
+        raise SettingsError(f"--kubeconfig / MCPTASKS_KUBECONFIG: {settings.kubernetes.kubeconfig} is not a file")
     if settings.runner.inline_result_max_bytes <= 0 or settings.runner.max_concurrent_tasks <= 0:
         raise SettingsError("MCPTASKS_INLINE_RESULT_MAX_BYTES and MCPTASKS_MAX_CONCURRENT_TASKS must be positive")
     return _set(settings, "gateway", "loopback_only", serve.loopback)

@@ -71,7 +71,7 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
         await response.write(
             _frame(notification(constants.NOTIFICATION_SUBSCRIPTION_ACK, {"_meta": sub_meta, "notifications": agreed}))
         )
-        seen: dict[str, int] = {}
+        seen: dict[str, str] = {}
         keepalive = ctx.services.settings.listen_keepalive_s
         clock = asyncio.get_running_loop().time
         last_write = clock()

@@ -29,7 +29,7 @@ from mcp_tasks.protocol.jsonrpc import (
     peek_request_id,
     result_response,
 )
-from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound, UnstorableValue, VersionConflict
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
@@ -87,7 +87,7 @@ def map_exception(exc: Exception) -> ProtocolError:
         return exc
     if isinstance(exc, TaskNotFound):
         return InvalidParams("Failed to retrieve task: Task not found")
-    if isinstance(exc, InvalidInputResponse):
+    if isinstance(exc, InvalidInputResponse | UnstorableValue):
         return InvalidParams(f"Invalid params: {exc}")
     if isinstance(exc, VersionConflict):
         return InternalError("The task is being changed concurrently; retry the request")

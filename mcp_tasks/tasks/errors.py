@@ -37,3 +37,7 @@ class ToolNotFound(TaskError):
 
 class InvalidToolManifest(TaskError):
     """An `McpTool` manifest is malformed; the message names the file and the field."""
+
+
+class UnstorableValue(TaskError):
+    """A JSON value cannot be stored exactly by this store (e.g. an integer beyond 64 bits in Kubernetes)."""

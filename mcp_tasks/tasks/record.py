@@ -50,7 +50,8 @@ class TaskRecord:
     so none is reused; `input_responses` holds answered responses not yet consumed by the worker.
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
     `result` is the inlined `CallToolResult` (≤ the inline cap; larger results are artifacts) and
-    `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`; `version` is the CAS counter.
+    `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`. `version` is the store's opaque
+    CAS token (a row counter in SQLite, `metadata.resourceVersion` in Kubernetes): compare it only for equality.
     """
 
     task_id: TaskId
@@ -73,7 +74,7 @@ class TaskRecord:
     error: JsonObject | None = None
     lease: Lease | None = None
     attempt: int = 0
-    version: int = 0
+    version: str = ""
 
     @property
     def expires_at(self) -> datetime:

@@ -41,7 +41,7 @@ class TaskPolicy(StrEnum):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
 
 
 class ExecutionSpec(_Spec):

@@ -92,7 +92,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         error=data.get("error"),
         lease=None if holder is None else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp)),
         attempt=data.get("attempt", 0),
-        version=version,
+        version=str(version),
     )
 
 
@@ -245,11 +245,12 @@ class SqliteTaskStore:
 
     async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
         """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed."""
-        values = self._row_values(record, record.version + 1)
+        stored = int(record.version)
+        values = self._row_values(record, stored + 1)
         cursor = await self._w.execute(
             "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, ttl_ms=?, "
             "expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? WHERE task_id=? AND version=?",
-            (*values[1:], record.task_id, record.version),
+            (*values[1:], record.task_id, stored),
         )
         if cursor.rowcount == 0:
             exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
@@ -257,7 +258,7 @@ class SqliteTaskStore:
                 raise TaskNotFound(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
         self._notify((record.task_id,))
-        return _replace_version(record, record.version + 1)
+        return _replace_version(record, stored + 1)
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
@@ -307,4 +308,4 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> None:
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
-    return dataclasses.replace(record, version=version)
+    return dataclasses.replace(record, version=str(version))

@@ -1,0 +1,133 @@
+"""`mcptasks gateway`: the same gateway, on Kubernetes. Wiring only.
+
+McpTask store + McpTool catalog (both watched through the API server) behind the gateway. Tasks are
+run by the operator (`--runner none`, the default) or, for development and tests, by a local runner
+in this process (`--runner local`). In a pod it uses the in-cluster config and the pod's namespace;
+elsewhere a kubeconfig.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from aiohttp import web
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from mcp_tasks import __version__
+from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
+from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
+from mcp_tasks.gateway import Services, create_app
+from mcp_tasks.runner import LocalRunner
+from mcp_tasks.store.artifacts import FileArtifactStore
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
+from mcp_tasks.tasks.inline import TaskBackedExecutor
+from mcp_tasks.tasks.interfaces import ToolExecutor, utc_now
+
+logger = logging.getLogger("mcp_tasks.cli")
+
+IN_CLUSTER_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """An API client and the namespace the gateway works in."""
+
+    api_client: ApiClient
+    namespace: str
+
+
+async def connect(settings: KubernetesSettings) -> Cluster:
+    """Load in-cluster config (in a pod, without `--kubeconfig`) or a kubeconfig; pick the namespace.
+
+    Raises:
+        SettingsError: no usable configuration was found.
+    """
+    configuration = Configuration()
+    namespace = settings.namespace
+    try:
+        if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
+            if namespace is None and IN_CLUSTER_NAMESPACE_FILE.is_file():
+                namespace = IN_CLUSTER_NAMESPACE_FILE.read_text().strip()
+        else:
+            path = str(settings.kubeconfig) if settings.kubeconfig else None
+            await config.load_kube_config(
+                config_file=path, context=settings.context, client_configuration=configuration
+            )
+            if namespace is None:
+                contexts, active = config.list_kube_config_contexts(config_file=path)
+                chosen = next((c for c in contexts if c["name"] == settings.context), active)
+                namespace = (chosen or {}).get("context", {}).get("namespace")
+    except (config.ConfigException, OSError) as exc:
+        raise SettingsError(
+            f"no Kubernetes configuration: {exc} (pass --kubeconfig FILE, set KUBECONFIG, or run in a pod)"
+        ) from exc
+    return Cluster(ApiClient(configuration), namespace or "default")
+
+
+async def build_gateway_app(settings: Settings) -> web.Application:
+    """Connect to the cluster and create the gateway application (the watches start with the app).
+
+    Raises:
+        SettingsError: no Kubernetes configuration, or a bad token file.
+    """
+    kube = settings.kubernetes
+    cluster = await connect(kube)
+    data_dir = settings.serve.data_dir.resolve()
+    gateway_settings = replace(
+        settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
+    )
+    store = KubernetesTaskStore(cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s)
+    catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
+    artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
+    runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None
+    executor: ToolExecutor = runner if runner is not None else TaskBackedExecutor(store, utc_now)
+    services = Services(
+        store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
+    )
+    authenticator = authenticator_for(settings)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        try:
+            await store.open()
+            await catalog.open()
+        except ApiException as exc:
+            await store.aclose()
+            await cluster.api_client.close()
+            raise SettingsError(
+                f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {exc.status} {exc.reason} "
+                "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
+            ) from exc
+        if runner is not None:
+            await runner.start()
+        logger.info("watching McpTasks and McpTools in namespace %s", cluster.namespace)
+        try:
+            yield
+        finally:
+            if runner is not None:
+                await runner.aclose()
+            await catalog.aclose()
+            await store.aclose()
+            await cluster.api_client.close()
+
+    app = create_app(services, authenticator, lifecycle)
+    app[NAMESPACE_KEY] = cluster.namespace
+    return app
+
+
+NAMESPACE_KEY: Final = web.AppKey("namespace", str)
+
+
+async def gateway(settings: Settings) -> None:
+    """`mcptasks gateway`: run the Kubernetes-mode gateway until SIGINT/SIGTERM."""
+    app = await build_gateway_app(settings)
+    executor = "this process (--runner local)" if settings.kubernetes.runner == "local" else "the operator"
+    where = f"namespace: {app[NAMESPACE_KEY]}  tasks run by: {executor}"
+    await run_until_signalled(app, settings, where)

@@ -1,0 +1,113 @@
+"""`KubernetesToolCatalog`: the tools are the `McpTool` custom resources of one namespace, watched.
+
+`tools/list` follows `kubectl apply` and `kubectl delete` within a watch round trip. A malformed
+McpTool cannot stop a running gateway: it is left out and logged with the reason (the CRD schema
+already rejects most mistakes at `kubectl apply`). Two McpTools declaring the same tool name: the
+older one wins and the conflict is logged. Tools are listed sorted by name (a stable order for
+`tools/list` pagination).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from kubernetes_asyncio.client import ApiClient
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
+from mcp_tasks.store.kubernetes.watch import Reflector
+from mcp_tasks.tasks.errors import InvalidToolManifest
+from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
+
+logger = logging.getLogger("mcp_tasks.store.kubernetes")
+
+
+class KubernetesToolCatalog:
+    """A `ToolCatalog` over the McpTools of `namespace`.
+
+    Args:
+        api_client: an open kubernetes_asyncio `ApiClient`.
+        namespace: where the McpTools live (the gateway's namespace).
+        watch_timeout_s: server-side timeout of one WATCH request, in seconds.
+    """
+
+    def __init__(self, api_client: ApiClient, namespace: str, watch_timeout_s: int = 300) -> None:
+        self.namespace = namespace
+        self._objects: dict[str, JsonObject] = {}
+        self._tools: dict[str, ToolSpec] = {}
+        self._sorted: list[ToolSpec] = []
+        self.reflector = Reflector(
+            api_client,
+            group=GROUP,
+            version=VERSION,
+            plural=TOOL_PLURAL,
+            namespace=namespace,
+            on_replace=self._replace_all,
+            on_event=self._on_event,
+            watch_timeout_s=watch_timeout_s,
+        )
+
+    async def open(self) -> None:
+        """List the McpTools and start watching them.
+
+        Raises:
+            ApiException: the McpTool CRD is not installed (404) or listing is forbidden (403).
+        """
+        await self.reflector.start()
+
+    async def aclose(self) -> None:
+        """Stop watching."""
+        await self.reflector.aclose()
+
+    def list_tools(self) -> Sequence[ToolSpec]:
+        """All valid tools, sorted by tool name."""
+        return self._sorted
+
+    def get_tool(self, name: str) -> ToolSpec | None:
+        """The tool named `name`, or `None`."""
+        return self._tools.get(name)
+
+    def _replace_all(self, items: Sequence[JsonObject]) -> None:
+        self._objects = {str(item["metadata"]["name"]): item for item in items}
+        self._rebuild()
+
+    def _on_event(self, kind: str, obj: JsonObject) -> None:
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED":
+            self._objects.pop(name, None)
+        else:
+            self._objects[name] = obj
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        tools: dict[str, ToolSpec] = {}
+        oldest_first = sorted(
+            self._objects.values(),
+            key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), str(o["metadata"]["name"])),
+        )
+        for obj in oldest_first:
+            source = f"mcptool/{obj['metadata']['name']} in namespace {self.namespace}"
+            try:
+                spec = parse_manifest(_manifest(obj), source=source)
+            except InvalidToolManifest as exc:
+                logger.warning("skipping %s", exc)
+                continue
+            if spec.name in tools:
+                logger.warning(
+                    "skipping %s: tool %r is already declared by %s", source, spec.name, tools[spec.name].source
+                )
+                continue
+            tools[spec.name] = spec
+        self._tools = tools
+        self._sorted = [tools[name] for name in sorted(tools)]
+
+
+def _manifest(obj: JsonObject) -> JsonObject:
+    """The parts of an McpTool object the manifest model reads (server-set fields dropped)."""
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {"name": obj["metadata"]["name"]},
+        "spec": obj.get("spec"),
+    }

@@ -1,0 +1,265 @@
+"""The CustomResourceDefinitions, generated from the models the code reads and writes.
+
+`McpTask`'s schema comes from `resources.McpTaskSpec`/`McpTaskStatus`, `McpTool`'s from the manifest
+model `tasks.tools.ToolManifestSpec`, so the CRDs cannot drift from the code: `crds/*.yaml` is this
+module's output (`mcptasks crds --write crds/`), and a test fails when the committed files differ.
+Printer columns, short names, categories and CEL rules are declared here, next to the schema.
+
+Conversion from the pydantic JSON Schema to a Kubernetes *structural* schema: `$ref`s are inlined,
+`anyOf [X, null]` becomes `X` (nulls are never written), free-form JSON objects (tool arguments,
+results, input requests, JSON Schemas) become `x-kubernetes-preserve-unknown-fields: true`,
+`exclusiveMinimum: n` becomes OpenAPI v3.0's `minimum: n, exclusiveMinimum: true`, titles are dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Final
+
+import yaml
+from pydantic import BaseModel
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes.resources import (
+    GROUP,
+    TASK_KIND,
+    TASK_PLURAL,
+    TOOL_KIND,
+    TOOL_PLURAL,
+    VERSION,
+    McpTaskSpec,
+    McpTaskStatus,
+)
+from mcp_tasks.tasks.tools import ToolManifestSpec
+
+CATEGORY: Final = "mcp"
+_KEPT_KEYWORDS: Final = frozenset(
+    {
+        "type",
+        "description",
+        "default",
+        "enum",
+        "pattern",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "format",
+    }
+)
+
+
+def structural_schema(model: type[BaseModel]) -> JsonObject:
+    """The OpenAPI v3 structural schema of `model`, as it is serialized (by alias)."""
+    raw = model.model_json_schema(by_alias=True, mode="serialization")
+    definitions = raw.get("$defs", {})
+    return _convert(raw, definitions)
+
+
+def _convert(node: JsonObject, definitions: JsonObject) -> JsonObject:
+    if "$ref" in node:
+        target = definitions[str(node["$ref"]).rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _convert(merged, definitions)
+    if "anyOf" in node:
+        choices = [c for c in node["anyOf"] if c.get("type") != "null"]
+        if len(choices) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']} in a structural schema")
+        extra = {k: v for k, v in node.items() if k not in ("anyOf", "default") or (k == "default" and v is not None)}
+        return _convert({**choices[0], **extra}, definitions)
+    out: dict[str, Any] = {k: copy.deepcopy(v) for k, v in node.items() if k in _KEPT_KEYWORDS}
+    if "description" in out:
+        out["description"] = " ".join(str(out["description"]).split())
+    if out.get("default", 0) is None:
+        del out["default"]
+    if "exclusiveMinimum" in node:
+        out["minimum"] = node["exclusiveMinimum"]
+        out["exclusiveMinimum"] = True
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    if node.get("type") == "object":
+        properties: JsonObject = node.get("properties") or {}
+        additional = node.get("additionalProperties")
+        if properties:
+            out["properties"] = {name: _convert(sub, definitions) for name, sub in properties.items()}
+            if node.get("required"):
+                out["required"] = list(node["required"])
+        elif isinstance(additional, dict):
+            out["additionalProperties"] = _convert(additional, definitions)
+        else:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+    if node.get("type") == "array" and "items" in node:
+        out["items"] = _convert(node["items"], definitions)
+    return out
+
+
+def _at(schema: JsonObject, *path: str) -> dict[str, Any]:
+    node: dict[str, Any] = schema
+    for name in path:
+        node = node["properties"][name]
+    return node
+
+
+def _column(name: str, path: str, kind: str = "string", priority: int = 0, description: str = "") -> JsonObject:
+    column: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+    if priority:
+        column["priority"] = priority
+    if description:
+        column["description"] = description
+    return column
+
+
+def _definition(
+    kind: str, plural: str, short_names: list[str], schema: JsonObject, columns: list[JsonObject], status: bool
+) -> JsonObject:
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "additionalPrinterColumns": columns,
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "mcp-tasks"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+                "categories": [CATEGORY],
+            },
+            "versions": [version],
+        },
+    }
+
+
+def _root(description: str, spec: JsonObject, status: JsonObject | None) -> JsonObject:
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": spec,
+    }
+    if status is not None:
+        properties["status"] = status
+    return {"type": "object", "description": description, "required": ["spec"], "properties": properties}
+
+
+def mcptask_crd() -> JsonObject:
+    """The McpTask CRD: one task; `spec` = client intent, `status` (subresource) = what the executor saw."""
+    spec = structural_schema(McpTaskSpec)
+    spec["description"] = "What the client asked for; written by the gateway. Fields fixed at creation are immutable."
+    for name in ("owner", "tool", "arguments", "createdAt", "pollIntervalMs", "preInputResponses"):
+        _at(spec, name)["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": f"{name} is immutable"}]
+    spec["x-kubernetes-validations"] = [
+        {"rule": "!oldSelf.cancelRequested || self.cancelRequested", "message": "a cancel request cannot be withdrawn"},
+    ]
+    _at(spec, "inputResponses")["maxProperties"] = 256
+    _at(spec, "inputResponses")["x-kubernetes-validations"] = [
+        {
+            "rule": "oldSelf.all(k, k in self && self[k] == oldSelf[k])",
+            "message": "an answer cannot be changed or removed",
+        }
+    ]
+    status = structural_schema(McpTaskStatus)
+    status["description"] = "What the executor observed; written only through the status subresource."
+    status["default"] = {"taskStatus": "working"}  # a fresh task reads (and prints) as working
+    _at(status, "inputRequests")["maxProperties"] = 256
+    _at(status, "issuedInputKeys")["maxItems"] = 4096
+    _at(status, "issuedInputKeys")["items"]["maxLength"] = 128
+    status["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(oldSelf.taskStatus) || !(oldSelf.taskStatus in ['completed', 'failed', 'cancelled']) "
+            "|| self.taskStatus == oldSelf.taskStatus",
+            "message": "a finished task's taskStatus never changes (SEP-2663: terminal states are final)",
+        },
+    ]
+    schema = _root(
+        "A long-running MCP tool call (io.modelcontextprotocol/tasks); the name is the taskId.", spec, status
+    )
+    columns = [
+        _column("Status", ".status.taskStatus", description="SEP-2663 task status"),
+        _column("Tool", ".spec.tool"),
+        _column("Tenant", ".spec.owner.tenant"),
+        _column("Message", ".status.statusMessage", description="statusMessage"),
+        _column("Age", ".metadata.creationTimestamp", kind="date"),
+        _column("Subject", ".spec.owner.subject", priority=1),
+        _column("Cancel", ".spec.cancelRequested", kind="boolean", priority=1, description="cancel requested"),
+    ]
+    return _definition(TASK_KIND, TASK_PLURAL, ["mcpt"], schema, columns, status=True)
+
+
+def mcptool_crd() -> JsonObject:
+    """The McpTool CRD: a tool declared as a container image, listed by `tools/list`."""
+    spec = structural_schema(ToolManifestSpec)
+    spec["description"] = "The MCP Tool fields plus how to run it (docs/tool-runtime.md)."
+    _at(spec, "execution")["default"] = {}
+    # MCP 2026-07-28 Tool: inputSchema is a JSON Schema object with "type": "object" at its root.
+    _at(spec, "inputSchema").update(
+        {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}
+    )
+    schema = _root("A tool that MCP clients may call; runs as a Job of `spec.container.image`.", spec, None)
+    columns = [
+        _column("Tool", ".spec.name"),
+        _column("Image", ".spec.container.image"),
+        _column("Policy", ".spec.execution.taskPolicy", description="taskPolicy: never|optional|required"),
+        _column("Idempotent", ".spec.execution.idempotent", kind="boolean", priority=1),
+        _column("Age", ".metadata.creationTimestamp", kind="date"),
+    ]
+    return _definition(TOOL_KIND, TOOL_PLURAL, ["mcptl"], schema, columns, status=False)
+
+
+def kopf_peering_crds() -> list[JsonObject]:
+    """`KopfPeering` and `ClusterKopfPeering` (group kopf.dev): kopf's operator-replica coordination objects."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    documents = []
+    for kind, plural, scope in (
+        ("KopfPeering", "kopfpeerings", "Namespaced"),
+        ("ClusterKopfPeering", "clusterkopfpeerings", "Cluster"),
+    ):
+        documents.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.kopf.dev", "labels": {"app.kubernetes.io/part-of": "mcp-tasks"}},
+                "spec": {
+                    "group": "kopf.dev",
+                    "scope": scope,
+                    "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                    "versions": [
+                        {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+                    ],
+                },
+            }
+        )
+    return documents
+
+
+def rendered() -> dict[str, str]:
+    """File name → YAML text of every CRD the project ships (the content of `crds/`)."""
+    header = "# Generated by `mcptasks crds --write crds/` from mcp_tasks/store/kubernetes. Do not edit.\n"
+
+    def text(*documents: JsonObject) -> str:
+        return header + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in documents)
+
+    return {
+        "mcptasks.yaml": text(mcptask_crd()),
+        "mcptools.yaml": text(mcptool_crd()),
+        "kopf-peering.yaml": text(*kopf_peering_crds()),
+    }

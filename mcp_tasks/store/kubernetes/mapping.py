@@ -1,0 +1,231 @@
+"""`TaskRecord` ⇄ McpTask object, and which subresource a record change must be written to.
+
+The record is a *view* of `(spec, status)`: answers live in `spec.inputResponses` (client intent,
+written by the gateway), the requests they answer stay in `status.inputRequests` until the executor
+consumes them. So a key is *pending* when it is in `status.inputRequests` and not answered, and a task
+the executor parked in `input_required` reads as `working` as soon as every pending key is answered:
+`tasks/update` "removes answered keys from inputRequests before it acknowledges" (ARCHITECTURE.md
+§Consistency rules) with one write to `spec`, and the executor's writes touch only `status`.
+`lastUpdatedAt` is the latest of the executor's `status.lastUpdatedAt` and the client's
+`spec.lastAnsweredAt` / `spec.cancelRequestedAt`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.kubernetes.resources import (
+    API_VERSION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TASK_KIND,
+    TENANT_LABEL,
+    TOOL_LABEL,
+    McpTaskSpec,
+    McpTaskStatus,
+    TaskLease,
+    TaskOwner,
+    TaskPhase,
+    label_value,
+)
+from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import Lease, TaskRecord, iso_ms
+
+
+class ImmutableFieldChanged(ValueError):
+    """A record change touched a field that is fixed at creation (owner, tool, arguments, createdAt, ...)."""
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _opt_time(text: str | None) -> datetime | None:
+    return None if text is None else _time(text)
+
+
+def _opt_iso(moment: datetime | None) -> str | None:
+    return None if moment is None else iso_ms(moment)
+
+
+def spec_for_new(record: TaskRecord) -> McpTaskSpec:
+    """The `spec` of a task being created."""
+    return McpTaskSpec(
+        owner=TaskOwner(tenant=record.owner.tenant, subject=record.owner.subject),
+        tool=record.tool,
+        arguments=record.arguments,
+        created_at=iso_ms(record.created_at),
+        ttl_ms=record.ttl_ms,
+        poll_interval_ms=record.poll_interval_ms,
+        pre_input_responses=record.pre_input_responses,
+        input_responses=record.input_responses,
+        cancel_requested=record.cancel_requested_at is not None,
+        cancel_requested_at=_opt_iso(record.cancel_requested_at),
+        cancel_requested_by=record.cancel_requested_by,
+    )
+
+
+def new_object(record: TaskRecord, namespace: str) -> JsonObject:
+    """The McpTask to POST for a new task: name = taskId, tenant and tool labels, `spec` only."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": TASK_KIND,
+        "metadata": {
+            "name": record.task_id,
+            "namespace": namespace,
+            "labels": {
+                TENANT_LABEL: label_value(record.owner.tenant),
+                TOOL_LABEL: label_value(record.tool),
+                MANAGED_BY_LABEL: MANAGED_BY,
+            },
+        },
+        "spec": dump(spec_for_new(record)),
+    }
+
+
+def dump(model: McpTaskSpec | McpTaskStatus) -> JsonObject:
+    """Serialize a spec or status the way the API server stores it (camelCase, no nulls)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def parse_spec(obj: JsonObject) -> McpTaskSpec:
+    """`obj.spec` as a model (raises pydantic `ValidationError` when it is not an McpTask spec)."""
+    return McpTaskSpec.model_validate(obj.get("spec") or {})
+
+
+def parse_status(obj: JsonObject) -> McpTaskStatus:
+    """`obj.status` as a model; an absent status is a fresh `working` task."""
+    return McpTaskStatus.model_validate(obj.get("status") or {})
+
+
+def to_record(obj: JsonObject) -> TaskRecord:
+    """The task record an McpTask object represents (see the module docstring for the view rules).
+
+    Raises:
+        pydantic.ValidationError: the object is not a well-formed McpTask.
+    """
+    spec = parse_spec(obj)
+    status = parse_status(obj)
+    return _view(str(obj["metadata"]["name"]), str(obj["metadata"]["resourceVersion"]), spec, status)
+
+
+def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> TaskRecord:
+    answered = spec.input_responses
+    pending = {key: request for key, request in status.input_requests.items() if key not in answered}
+    unconsumed = {key: answered[key] for key in status.input_requests if key in answered}
+    task_status = TaskStatus(status.task_status.value)
+    if task_status is TaskStatus.INPUT_REQUIRED and not pending:
+        task_status = TaskStatus.WORKING
+    created_at = _time(spec.created_at)
+    moments = [
+        _time(status.last_updated_at) if status.last_updated_at else created_at,
+        *(_time(t) for t in (spec.last_answered_at, spec.cancel_requested_at) if t is not None),
+    ]
+    return TaskRecord(
+        task_id=TaskId(name),
+        owner=Owner(tenant=spec.owner.tenant, subject=spec.owner.subject),
+        tool=spec.tool,
+        arguments=spec.arguments,
+        status=task_status,
+        created_at=created_at,
+        last_updated_at=max(moments),
+        ttl_ms=status.ttl_ms or spec.ttl_ms,
+        poll_interval_ms=spec.poll_interval_ms,
+        status_message=status.status_message,
+        input_requests=pending,
+        issued_input_keys=tuple(status.issued_input_keys),
+        input_responses=unconsumed,
+        pre_input_responses=spec.pre_input_responses,
+        cancel_requested_at=_opt_time(spec.cancel_requested_at) if spec.cancel_requested else None,
+        cancel_requested_by=spec.cancel_requested_by,
+        result=status.result,
+        error=status.error,
+        lease=None if status.lease is None else Lease(status.lease.holder, _time(status.lease.expires_at)),
+        attempt=status.attempt,
+        version=version,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """What to send for one record change: a new `spec` (main resource) and/or `status` (subresource)."""
+
+    spec: McpTaskSpec | None
+    status: McpTaskStatus | None
+
+
+def _comparable(record: TaskRecord) -> TaskRecord:
+    """The record as storage keeps it: times at millisecond precision, no version."""
+
+    def ms(moment: datetime) -> datetime:
+        return _time(iso_ms(moment))
+
+    return dataclasses.replace(
+        record,
+        version="",
+        created_at=ms(record.created_at),
+        last_updated_at=ms(record.last_updated_at),
+        cancel_requested_at=None if record.cancel_requested_at is None else ms(record.cancel_requested_at),
+        lease=None if record.lease is None else Lease(record.lease.holder, ms(record.lease.expires_at)),
+    )
+
+
+def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
+    """Decide how to store `record`, a change of the task `obj` currently holds.
+
+    Client-side changes (answers, cancel requests) land in `spec`; executor-side changes in `status`.
+    Every transition of `tasks.transitions` needs exactly one of the two (a test checks this), so
+    each record change is one compare-and-swap write.
+
+    Raises:
+        ImmutableFieldChanged: the change touches a field fixed at creation.
+    """
+    spec = parse_spec(obj)
+    status = parse_status(obj)
+    fixed = spec_for_new(record)
+    for name in ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses"):
+        if getattr(fixed, name) != getattr(spec, name):
+            raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
+
+    answers = {**spec.input_responses, **record.input_responses}
+    new_spec = spec.model_copy(
+        update={
+            "input_responses": answers,
+            "last_answered_at": iso_ms(record.last_updated_at)
+            if answers != spec.input_responses
+            else spec.last_answered_at,
+            "cancel_requested": record.cancel_requested_at is not None,
+            "cancel_requested_at": _opt_iso(record.cancel_requested_at),
+            "cancel_requested_by": record.cancel_requested_by,
+        }
+    )
+    spec_changed = new_spec != spec
+    wanted = _comparable(record)
+    name, version = record.task_id, record.version
+    if _comparable(_view(name, version, new_spec, status)) == wanted:
+        return WritePlan(spec=new_spec if spec_changed else None, status=None)
+
+    kept_requests = {key: status.input_requests[key] for key in record.input_responses if key in status.input_requests}
+    phase = TaskPhase(record.status.value)
+    if kept_requests and phase is TaskPhase.WORKING:
+        phase = TaskPhase.INPUT_REQUIRED  # answered, not yet consumed: reads as `working` (see _view)
+    new_status = McpTaskStatus(
+        task_status=phase,
+        status_message=record.status_message,
+        last_updated_at=iso_ms(record.last_updated_at),
+        ttl_ms=None if record.ttl_ms == new_spec.ttl_ms else record.ttl_ms,
+        input_requests={**kept_requests, **record.input_requests},
+        issued_input_keys=list(record.issued_input_keys),
+        result=record.result,
+        error=record.error,
+        lease=None
+        if record.lease is None
+        else TaskLease(holder=record.lease.holder, expires_at=iso_ms(record.lease.expires_at)),
+        attempt=record.attempt,
+    )
+    return WritePlan(spec=new_spec if spec_changed else None, status=new_status)

@@ -1,0 +1,118 @@
+"""The `McpTask` custom resource: its API coordinates and the shape of `spec` and `status`.
+
+These pydantic models are the single source of the CRD schema (`crds.py` generates `crds/*.yaml`
+from them; a test fails when the committed files drift). Client intent lives in `spec` (written by
+the gateway), what the executor observed in `status` (written only through the status subresource),
+as ARCHITECTURE.md §The task record asks. Field names follow SEP-2663 (`ttlMs`, `inputRequests`, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_tasks.protocol.errors import JsonObject
+
+GROUP: Final = "mcptasks.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+TASK_KIND: Final = "McpTask"
+TASK_PLURAL: Final = "mcptasks"
+TOOL_KIND: Final = "McpTool"
+TOOL_PLURAL: Final = "mcptools"
+
+TENANT_LABEL: Final = f"{GROUP}/tenant"
+"""Label carrying the owner's tenant (or `sha256-<16 hex>` when the tenant is not a valid label value)."""
+TOOL_LABEL: Final = f"{GROUP}/tool"
+"""Label carrying the tool name (hashed like the tenant when it is not a valid label value)."""
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "mcp-tasks"
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_value(text: str) -> str:
+    """`text` when it is a valid label value (≤ 63 chars, alphanumeric ends), else `sha256-<16 hex>`."""
+    if len(text) <= 63 and _LABEL_VALUE.match(text):
+        return text
+    return "sha256-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class TaskPhase(StrEnum):
+    """`status.taskStatus`: the SEP-2663 task status as the executor recorded it."""
+
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class _Resource(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
+
+
+class TaskOwner(_Resource):
+    """`spec.owner`: the authenticated principal that created the task (immutable)."""
+
+    tenant: str = Field(min_length=1)
+    subject: str = Field(min_length=1)
+
+
+class McpTaskSpec(_Resource):
+    """`spec` of an McpTask: what the client asked for. Written by the gateway only.
+
+    Times are ISO 8601 UTC strings with millisecond precision (`2026-11-30T01:02:03.456Z`).
+    `inputResponses` holds every answer ever given (key → `ElicitResult`/... object); it only grows,
+    and a key the executor still lists in `status.inputRequests` is pending-with-answer.
+    """
+
+    owner: TaskOwner
+    tool: str = Field(min_length=1)
+    arguments: JsonObject = Field(default_factory=dict)
+    created_at: str = Field(alias="createdAt")
+    ttl_ms: int = Field(alias="ttlMs", gt=0)
+    """Retention requested at creation, in ms from `createdAt` (the executor may raise it in `status.ttlMs`)."""
+    poll_interval_ms: int = Field(alias="pollIntervalMs", gt=0)
+    pre_input_responses: dict[str, JsonObject] = Field(default_factory=dict, alias="preInputResponses")
+    """Answers to the tool's `inputBeforeTask` requests, gathered before the task existed."""
+    input_responses: dict[str, JsonObject] = Field(default_factory=dict, alias="inputResponses")
+    last_answered_at: str | None = Field(None, alias="lastAnsweredAt")
+    """When `tasks/update` last added an answer."""
+    cancel_requested: bool = Field(False, alias="cancelRequested")
+    cancel_requested_at: str | None = Field(None, alias="cancelRequestedAt")
+    cancel_requested_by: str | None = Field(None, alias="cancelRequestedBy")
+
+
+class TaskLease(_Resource):
+    """`status.lease`: an executor's claim on the task (embedded-style runners only)."""
+
+    holder: str
+    expires_at: str = Field(alias="expiresAt")
+
+
+class McpTaskStatus(_Resource):
+    """`status` of an McpTask: what the executor observed. Written only through the status subresource.
+
+    Absent until the executor first writes it; the CRD defaults `taskStatus` to `working` so a fresh
+    task reads (and prints) as `working`. `inputRequests` maps each key still awaiting consumption to
+    its `{method, params}` request; `issuedInputKeys` lists every key ever issued, so none is reused.
+    """
+
+    task_status: TaskPhase = Field(TaskPhase.WORKING, alias="taskStatus")
+    status_message: str | None = Field(None, alias="statusMessage")
+    last_updated_at: str | None = Field(None, alias="lastUpdatedAt")
+    ttl_ms: int | None = Field(None, alias="ttlMs", gt=0)
+    """Current retention in ms from `createdAt`; raised while the task runs (SEP-2663: ttlMs may change)."""
+    input_requests: dict[str, JsonObject] = Field(default_factory=dict, alias="inputRequests")
+    issued_input_keys: list[str] = Field(default_factory=list, alias="issuedInputKeys")
+    result: JsonObject | None = None
+    """The inlined `CallToolResult` (bounded by the inline cap; larger results are artifact links)."""
+    error: JsonObject | None = None
+    """A JSON-RPC error object `{code, message, data?}` for `failed` tasks."""
+    lease: TaskLease | None = None
+    attempt: int = Field(0, ge=0)

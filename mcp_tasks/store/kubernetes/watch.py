@@ -1,0 +1,195 @@
+"""`Reflector`: a list-then-watch loop that keeps a local copy of one resource collection current.
+
+The pattern of client-go's reflector, for custom resources: LIST to get a consistent snapshot and its
+`resourceVersion`, then WATCH from there with bookmarks. When the server closes the watch (its
+`timeoutSeconds`, a restart, a proxy), the loop resumes from the last `resourceVersion` it saw, so
+no event is lost; when that version is too old (`410 Gone`), it lists again and replaces the copy.
+Transient errors back off exponentially (0.2 s doubling to 5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from mcp_tasks.protocol.errors import JsonObject
+
+logger = logging.getLogger("mcp_tasks.store.kubernetes")
+
+BACKOFF_INITIAL_S: Final = 0.2
+BACKOFF_MAX_S: Final = 5.0
+
+OnReplace = Callable[[Sequence[JsonObject]], Awaitable[None] | None]
+"""Called with the full list after every LIST (initial sync and after `410 Gone`)."""
+OnEvent = Callable[[str, JsonObject], Awaitable[None] | None]
+"""Called with (`ADDED`|`MODIFIED`|`DELETED`, object) for each watch event, in server order."""
+
+
+class WatchExpired(Exception):
+    """The server answered `410 Gone`: the resumed `resourceVersion` is no longer in its history."""
+
+
+class Reflector:
+    """Keep `on_replace`/`on_event` fed with one namespaced custom-resource collection.
+
+    Args:
+        api_client: an open kubernetes_asyncio `ApiClient`.
+        group, version, plural, namespace: the collection to watch.
+        on_replace: receives the full list after each LIST.
+        on_event: receives each watch event.
+        watch_timeout_s: server-side `timeoutSeconds` of one WATCH request, in seconds (default 5 min);
+            the loop then resumes from the last seen `resourceVersion`.
+        label_selector: optional label selector for the LIST and WATCH.
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        on_replace: OnReplace,
+        on_event: OnEvent,
+        watch_timeout_s: int = 300,
+        label_selector: str | None = None,
+    ) -> None:
+        self._api = CustomObjectsApi(api_client)
+        self._coordinates = (group, version, namespace, plural)
+        self._on_replace = on_replace
+        self._on_event = on_event
+        self._watch_timeout_s = watch_timeout_s
+        self._label_selector = label_selector
+        self._resource_version: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.synced = asyncio.Event()
+        """Set once the first LIST has been delivered."""
+        self.watches_started = 0
+        """How many WATCH requests were opened (observability and tests)."""
+        self.relists = 0
+        """How many times the collection was listed again after `410 Gone`."""
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last `resourceVersion` seen (from a LIST, an event or a bookmark)."""
+        return self._resource_version
+
+    def resume_from(self, resource_version: str) -> None:
+        """Make the next WATCH start at `resource_version` (recovery drills and tests of the `410 Gone` path)."""
+        self._resource_version = resource_version
+
+    async def start(self) -> None:
+        """Start the loop and wait for the first LIST to be delivered.
+
+        Raises:
+            ApiException: the first LIST failed (wrong namespace, missing CRD, no permission).
+        """
+        await self._list()
+        self._task = asyncio.create_task(self._run(), name=f"reflector-{self._coordinates[3]}")
+
+    async def aclose(self) -> None:
+        """Stop watching."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _list(self) -> None:
+        group, version, namespace, plural = self._coordinates
+        kwargs: dict[str, Any] = {}
+        if self._label_selector:
+            kwargs["label_selector"] = self._label_selector
+        listing = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
+        self._resource_version = listing["metadata"]["resourceVersion"]
+        await _call(self._on_replace, listing.get("items") or [])
+        self.synced.set()
+
+    async def _run(self) -> None:
+        delay = BACKOFF_INITIAL_S
+        while True:
+            try:
+                await self._watch_once()
+                delay = BACKOFF_INITIAL_S
+            except asyncio.CancelledError:
+                raise
+            except WatchExpired:
+                logger.info(
+                    "%s watch expired at resourceVersion %s; listing again",
+                    self._coordinates[3],
+                    self._resource_version,
+                )
+                await self._relist(delay)
+                self.relists += 1
+            except Exception as exc:  # the loop must survive any transient failure
+                logger.warning("%s watch failed (%s); retrying in %.1f s", self._coordinates[3], exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+
+    async def _relist(self, delay: float) -> None:
+        while True:
+            try:
+                await self._list()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("%s list failed (%s); retrying in %.1f s", self._coordinates[3], exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+
+    async def _watch_once(self) -> None:
+        group, version, namespace, plural = self._coordinates
+        kwargs: dict[str, Any] = {
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "resource_version": self._resource_version,
+            "timeout_seconds": self._watch_timeout_s,
+            "_preload_content": False,
+            "_request_timeout": self._watch_timeout_s + 30,
+        }
+        if self._label_selector:
+            kwargs["label_selector"] = self._label_selector
+        response = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
+        self.watches_started += 1
+        try:
+            if response.status == 410:
+                raise WatchExpired
+            if response.status != 200:
+                raise ApiException(status=response.status, reason=(await response.text())[:200])
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        await self._handle(json.loads(line))
+        finally:
+            response.release()
+
+    async def _handle(self, event: JsonObject) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpired
+            raise ApiException(status=obj.get("code", 0), reason=str(obj.get("message", "watch error")))
+        resource_version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            await _call(self._on_event, str(kind), obj)
+        if resource_version:
+            self._resource_version = resource_version
+
+
+async def _call(callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+    outcome = callback(*args)
+    if outcome is not None:
+        await outcome

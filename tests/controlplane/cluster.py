@@ -1,0 +1,262 @@
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager.
+
+The binaries are built from Go modules by `tests/controlplane/build.sh` into a cache outside the
+repository. `ControlPlane.start()` runs them on free loopback ports in a temporary folder: etcd
+without fsync, the API server with its self-signed serving certificate, a static admin token
+(`system:masters`) and RBAC, the controller manager with the job, garbage-collector and
+ttl-after-finished controllers. It writes a kubeconfig and installs the project's CRDs from `crds/`.
+There is no kubelet and no scheduler (issue 4 adds a process node for pods).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
+CRDS = REPO / "crds"
+START_TIMEOUT_S = 90.0
+
+
+class ControlPlaneUnavailable(Exception):
+    """The binaries are not built here; the message says how to build them."""
+
+
+def testbin_dir() -> Path:
+    """The folder holding the built binaries.
+
+    Raises:
+        ControlPlaneUnavailable: they are not built (the message says how to build them).
+    """
+    explicit = os.environ.get("MCPTASKS_TESTBIN_DIR")
+    if explicit and all((Path(explicit) / name).is_file() for name in ("etcd", "kube-apiserver", "kubectl")):
+        return Path(explicit)
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), "--cached-only"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ControlPlaneUnavailable(
+            "the test control plane (etcd, kube-apiserver, kube-controller-manager) is not built here: "
+            "run `bash tests/controlplane/build.sh` (Go and the Go module proxy; 10-25 min cold, cached after)"
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane in `workdir`. Use `start()` and `stop()`, or as a context manager."""
+
+    workdir: Path
+    bin_dir: Path = field(default_factory=testbin_dir)
+    controllers: bool = True
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    api_port: int = 0
+
+    @property
+    def server(self) -> str:
+        """`https://127.0.0.1:<port>` of the API server."""
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (token auth, the API server's own CA)."""
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        """The API server's self-signed serving certificate chain."""
+        return self.workdir / "pki" / "apiserver.crt"
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start etcd, the API server and (with `controllers`) the controller manager; install the CRDs.
+
+        Raises:
+            RuntimeError: a component exited or did not become ready within 90 s (its log is quoted).
+        """
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig()
+            if self.controllers:
+                self._start_controller_manager()
+            self.kubectl("apply", "--server-side", "-f", str(CRDS))
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every component (SIGTERM, then SIGKILL after 10 s)."""
+        for name in reversed(list(self.processes)):
+            process = self.processes.pop(name)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        for log in self.logs.values():
+            log.close()
+        self.logs.clear()
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        """The last `lines` lines a component logged (for failure messages)."""
+        path = self.workdir / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kubectl(self, *args: str, input_text: str | None = None) -> str:
+        """Run the built kubectl against this control plane; return stdout.
+
+        Raises:
+            subprocess.CalledProcessError: kubectl failed (stderr in the exception).
+        """
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+        return result.stdout
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("wb")
+        self.logs[name] = log
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    def _wait(
+        self, name: str, url: str, context: ssl.SSLContext | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            process = self.processes[name]
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                request = urllib.request.Request(url, headers=headers or {})
+                with urllib.request.urlopen(request, timeout=2, context=context) as response:
+                    if response.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready at {url} after {START_TIMEOUT_S} s:\n{self.log_tail(name)}")
+            time.sleep(0.2)
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", f"{self.etcd_url}/health")
+
+    def _start_apiserver(self) -> None:
+        pki = self.workdir / "pki"
+        pki.mkdir(exist_ok=True)
+        sa_key = pki / "sa.key"
+        subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(f"{self.token},admin,admin,system:masters\n")
+        self.api_port = free_port()
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--cert-dir={pki}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+                "--max-requests-inflight=0",
+                "--max-mutating-requests-inflight=0",
+            ],
+        )
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        self._wait("kube-apiserver", f"{self.server}/readyz", context, {"Authorization": f"Bearer {self.token}"})
+
+    def _write_kubeconfig(self) -> None:
+        config: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "test", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}],
+            "current-context": "test",
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
+
+    def _start_controller_manager(self) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
+                "namespace-controller",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--service-account-private-key-file={self.workdir / 'pki' / 'sa.key'}",
+                "--use-service-account-credentials=false",
+            ],
+        )

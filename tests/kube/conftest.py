@@ -1,0 +1,165 @@
+"""Fixtures on a real control plane (etcd + kube-apiserver + kube-controller-manager built from Go modules).
+
+Tests here skip with the reason when the binaries are not built, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1`
+(set by `.ci/run`), which turns the skip into a failure so CI cannot pass without running them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from mcp_tasks.cli.gateway import build_gateway_app
+from mcp_tasks.cli.serve import LINGERING_TIME_S
+from mcp_tasks.cli.settings import KubernetesSettings, ServeSettings, Settings, validate
+from mcp_tasks.gateway.context import Services
+from mcp_tasks.gateway.transport import SERVICES_KEY
+from mcp_tasks.runner import RunnerSettings
+from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from tests.conftest import REPO, TOOL_DIRS, McpHttp
+from tests.controlplane.cluster import ControlPlane, ControlPlaneUnavailable, testbin_dir
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """One control plane for the whole session (starts in a few seconds)."""
+    try:
+        bin_dir = testbin_dir()
+    except ControlPlaneUnavailable as exc:
+        if os.environ.get("MCPTASKS_REQUIRE_CONTROL_PLANE") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    with ControlPlane(tmp_path_factory.mktemp("control-plane"), bin_dir=bin_dir) as plane:
+        yield plane
+
+
+def tool_manifests() -> list[dict[str, Any]]:
+    """The test, conformance and example McpTools, with `container.workingDir` set to their folder.
+
+    In a pod the working directory comes from the image; a `--runner local` gateway runs the command
+    on this machine, so the manifests name the folder that holds the tool's script.
+    """
+    documents: list[dict[str, Any]] = []
+    for folder in TOOL_DIRS:
+        for path in sorted(folder.glob("*.yaml")):
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    document["spec"]["container"].setdefault("workingDir", str(folder.resolve()))
+                    documents.append(document)
+    return documents
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> str:
+    """A fresh namespace with the test, conformance and example McpTools applied."""
+    name = f"t-{secrets.token_hex(4)}"
+    control_plane.kubectl("create", "namespace", name)
+    control_plane.kubectl("apply", "-n", name, "-f", "-", input_text=yaml.safe_dump_all(tool_manifests()))
+    return name
+
+
+@pytest.fixture
+async def api_client(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
+    configuration = Configuration()
+    await config.load_kube_config(config_file=str(control_plane.kubeconfig), client_configuration=configuration)
+    async with ApiClient(configuration) as client:
+        yield client
+
+
+@dataclass
+class Gateway:
+    """A Kubernetes-mode gateway on a real socket."""
+
+    url: str
+    app: web.Application
+
+    @property
+    def services(self) -> Services:
+        return self.app[SERVICES_KEY]
+
+    @property
+    def store(self) -> KubernetesTaskStore:
+        store = self.services.store
+        assert isinstance(store, KubernetesTaskStore)
+        return store
+
+
+def gateway_settings(plane: ControlPlane, namespace: str, data_dir: Path, **kube: Any) -> Settings:
+    """Settings for `mcptasks gateway` against the test control plane."""
+    kubernetes = replace(KubernetesSettings(kubeconfig=plane.kubeconfig, namespace=namespace, runner="none"), **kube)
+    runner = RunnerSettings(lease_duration_s=3.0, claim_poll_s=0.2, sweep_interval_s=0.2, shutdown_grace_s=1.0)
+    serve = ServeSettings(data_dir=data_dir, port=0)
+    return validate(Settings(serve=serve, runner=runner, kubernetes=kubernetes), "gateway")
+
+
+class Gateways:
+    """Starts gateways (replicas) sharing one data folder, and stops them all at teardown."""
+
+    def __init__(self, plane: ControlPlane, namespace: str, data_dir: Path) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.data_dir = data_dir
+        self._runners: list[web.AppRunner] = []
+
+    async def start(self, tokens_file: Path | None = None, **kube: Any) -> Gateway:
+        settings = gateway_settings(self.plane, self.namespace, self.data_dir, **kube)
+        if tokens_file is not None:
+            settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens_file))
+        app = await build_gateway_app(settings)
+        web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, lingering_time=LINGERING_TIME_S)
+        await web_runner.setup()
+        self._runners.append(web_runner)
+        await web.TCPSite(web_runner, "127.0.0.1", 0).start()
+        port = web_runner.addresses[0][1]
+        return Gateway(f"http://127.0.0.1:{port}/mcp", app)
+
+    async def aclose(self) -> None:
+        for web_runner in reversed(self._runners):
+            await web_runner.cleanup()
+
+
+@pytest.fixture
+async def gateways(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> AsyncIterator[Gateways]:
+    started = Gateways(control_plane, namespace, tmp_path)
+    try:
+        yield started
+    finally:
+        await started.aclose()
+
+
+@pytest.fixture
+async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def client(session: aiohttp.ClientSession, gateway: Gateway, token: str | None = None) -> McpHttp:
+    """A raw MCP client for `gateway`."""
+    return McpHttp(session, gateway.url, token)
+
+
+def get_object(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    """The McpTask as the API server stores it (`kubectl get -o yaml`), or `None` when absent."""
+    try:
+        text = plane.kubectl("get", "mcptask", name, "-n", namespace, "-o", "yaml")
+    except subprocess.CalledProcessError as exc:
+        if "NotFound" in exc.stderr:
+            return None
+        raise
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+__all__ = ["REPO", "Gateway", "Gateways", "client", "get_object"]
