@@ -1,0 +1,177 @@
+"""`mcptasks gateway` on a real kube-apiserver: tools from McpTools, tasks as McpTasks, every field kept."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from kubernetes_asyncio.client import ApiClient
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult
+
+from mcp_tasks.client import TasksClientExtension
+from mcp_tasks.protocol.models import GetTaskResult, TaskStatus
+from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.interfaces import transact, utc_now
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import Lease, TaskRecord
+from tests.controlplane.cluster import ControlPlane
+from tests.kube.conftest import Gateways, client, get_object
+
+NEW_TOOL = """\
+apiVersion: mcptasks.io/v1alpha1
+kind: McpTool
+metadata: {name: added-later}
+spec:
+  name: added_later
+  description: Applied while the gateway runs.
+  inputSchema: {type: object}
+  container: {image: example.org/added:1, command: [python, -c, "pass"]}
+"""
+
+
+async def test_tools_list_follows_kubectl_apply_and_delete(
+    gateways: Gateways, http_session: aiohttp.ClientSession, control_plane: ControlPlane, namespace: str
+) -> None:
+    mcp = client(http_session, await gateways.start())
+
+    async def names() -> list[str]:
+        return [tool["name"] for tool in (await mcp.request("tools/list")).result["tools"]]
+
+    listed = await names()
+    assert listed == sorted(listed) and {"hello_world", "sleeper", "confirm_delete"} <= set(listed)
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=NEW_TOOL)
+    async with asyncio.timeout(10):
+        while "added_later" not in await names():
+            await asyncio.sleep(0.1)
+    control_plane.kubectl("delete", "-n", namespace, "mcptool", "added-later")
+    async with asyncio.timeout(10):
+        while "added_later" in await names():
+            await asyncio.sleep(0.1)
+    table = control_plane.kubectl("get", "mcptools", "-n", namespace).splitlines()
+    assert table[0].split() == ["NAME", "TOOL", "IMAGE", "POLICY", "AGE"]
+    assert any(
+        line.split()[:4] == ["hello-world", "hello_world", "ghcr.io/mcp-tasks/examples:0.1.0", "required"]
+        for line in table
+    )
+
+
+async def test_the_crd_schema_rejects_a_tool_whose_input_schema_is_not_an_object(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    broken = yaml.safe_load(NEW_TOOL)
+    broken["spec"]["inputSchema"] = {"type": "string"}
+    with pytest.raises(subprocess.CalledProcessError) as rejected:
+        control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump(broken))
+    assert "spec.inputSchema.type" in rejected.value.stderr and '"object"' in rejected.value.stderr
+
+
+async def test_every_record_field_survives_the_api_server(api_client: ApiClient, namespace: str) -> None:
+    """Structural-schema pruning silently drops undeclared fields: a fully populated record must come back whole."""
+    store = KubernetesTaskStore(api_client, namespace)
+    now = utc_now()
+    created = await store.create(
+        TaskRecord(
+            task_id="f" * 32,  # type: ignore[arg-type]
+            owner=Owner("acme", "alice"),
+            tool="sleeper",
+            arguments={"seconds": 1, "deep": {"list": [1, {"x": None}]}},
+            status=TaskStatus.WORKING,
+            created_at=now,
+            last_updated_at=now,
+            ttl_ms=60_000,
+            poll_interval_ms=250,
+            pre_input_responses={"before": {"action": "accept", "content": {"name": "x"}}},
+        )
+    )
+    ask = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
+
+    def everything(record: TaskRecord) -> tuple[TaskRecord, None]:
+        record, _ = transitions.add_input_requests(record, [("q", ask), ("r", ask)], now)
+        record = transitions.claim(record, "worker-1", now, timedelta(seconds=30), 120_000)
+        return transitions.set_status_message(record, "asked twice", now), None
+
+    written, _ = await transact(store, created.task_id, everything)
+    answered, _ = await transact(
+        store,
+        created.task_id,
+        lambda r: (transitions.answer_input_requests(r, {"q": {"action": "decline"}}, now), None),
+    )
+    cancelled, _ = await transact(store, created.task_id, lambda r: (transitions.request_cancel(r, "alice", now), None))
+    reread = await KubernetesTaskStore(api_client, namespace).get(created.task_id)
+    assert reread == cancelled
+    assert reread.lease == Lease("worker-1", written.lease.expires_at if written.lease else now)
+    assert reread.input_requests == {"r": ask} and reread.input_responses == {"q": {"action": "decline"}}
+    assert reread.issued_input_keys == ("q", "r") and reread.attempt == 1 and reread.ttl_ms == 120_000
+    assert reread.pre_input_responses == created.pre_input_responses and reread.cancel_requested_by == "alice"
+    assert answered.status is TaskStatus.INPUT_REQUIRED
+
+
+async def test_a_synchronous_call_runs_as_a_hidden_task_the_executor_finishes(
+    gateways: Gateways, http_session: aiohttp.ClientSession
+) -> None:
+    """With `--runner none` the operator runs everything; a synchronous call waits for its hidden McpTask."""
+    gateway = await gateways.start()
+    store = gateway.store
+    result = {"content": [{"type": "text", "text": "slept"}], "isError": False}
+
+    async def executor() -> None:  # stands in for the operator
+        while True:
+            for record in await store.list_runnable(utc_now(), 10):
+                await transact(store, record.task_id, lambda r: (transitions.complete(r, result, utc_now()), None))
+            await store.wait_for_new_tasks(1.0)
+
+    running = asyncio.create_task(executor())
+    try:
+        reply = await client(http_session, gateway).call_tool("sleeper", {"seconds": 1}, caps={})
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert reply.result["content"] == result["content"] and reply.result["isError"] is False
+    assert "taskId" not in reply.result
+
+
+async def test_the_sep_hello_world_flow_with_the_sdk_client_and_a_local_runner(
+    gateways: Gateways, control_plane: ControlPlane, namespace: str
+) -> None:
+    """SEP-2663 Example Message Flow on the Kubernetes store (`--runner local` runs the tool on this machine)."""
+    gateway = await gateways.start(runner="local")
+    seen: list[GetTaskResult] = []
+
+    async def record(task: GetTaskResult) -> None:
+        seen.append(task)
+
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"input": "Luca"})
+
+    async with Client(
+        gateway.url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
+    ) as sdk:
+        result = await sdk.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    statuses = [task.status.value for task in seen]
+    assert "input_required" in statuses and statuses[-1] == "completed"
+    stored: Any = get_object(control_plane, namespace, seen[-1].task_id)
+    assert stored["status"]["taskStatus"] == "completed"
+    assert stored["spec"]["inputResponses"]["name"]["content"] == {"input": "Luca"}
+    assert stored["status"]["issuedInputKeys"] == ["name"]
+
+
+async def test_a_finished_task_is_deleted_from_the_cluster_after_its_ttl(
+    gateways: Gateways, http_session: aiohttp.ClientSession, control_plane: ControlPlane, namespace: str
+) -> None:
+    mcp = client(http_session, await gateways.start(runner="local"))
+    task_id = await mcp.start_task("short_ttl", {"seconds": 0})
+    await mcp.wait_status(task_id, "completed")
+    assert get_object(control_plane, namespace, task_id) is not None
+    async with asyncio.timeout(10):
+        while get_object(control_plane, namespace, task_id) is not None:
+            await asyncio.sleep(0.3)
+    assert (await mcp.get(task_id)).error["code"] == -32602

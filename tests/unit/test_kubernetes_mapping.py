@@ -1,0 +1,143 @@
+"""McpTask mapping: each task transition is exactly one write (spec *or* status), and the CRDs match the models."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_tasks.cli.main import main
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.kubernetes import mapping
+from mcp_tasks.store.kubernetes.mapping import ImmutableFieldChanged
+from mcp_tasks.store.kubernetes.resources import TENANT_LABEL, label_value
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = utc_now()
+ELICIT: JsonObject = {"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {}}}
+ANSWER: JsonObject = {"action": "accept", "content": {"ok": True}}
+LEASE = timedelta(seconds=30)
+
+
+def _fresh() -> JsonObject:
+    record = transitions.new_task(
+        mint_task_id(), Owner("acme", "alice"), _tool(), {"n": 1}, NOW, pre_input_responses={"p": ANSWER}
+    )
+    obj = mapping.new_object(record, "ns")
+    obj["metadata"]["resourceVersion"] = "1"
+    return obj
+
+
+def _tool() -> Any:
+    from mcp_tasks.tasks.tools import parse_manifest
+
+    return parse_manifest(
+        {
+            "apiVersion": "mcptasks.io/v1alpha1",
+            "kind": "McpTool",
+            "metadata": {"name": "t"},
+            "spec": {
+                "name": "t",
+                "description": "d",
+                "inputSchema": {"type": "object"},
+                "container": {"command": ["x"]},
+            },
+        },
+        source="test",
+    )
+
+
+def _apply(obj: JsonObject, plan: mapping.WritePlan) -> JsonObject:
+    """What the API server stores after the plan's writes (each bumps resourceVersion)."""
+    updated = {**obj, "metadata": dict(obj["metadata"])}
+    if plan.spec is not None:
+        updated["spec"] = mapping.dump(plan.spec)
+    if plan.status is not None:
+        updated["status"] = mapping.dump(plan.status)
+    updated["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+    return updated
+
+
+Step = Callable[[TaskRecord], TaskRecord]
+
+
+def _step(obj: JsonObject, change: Step, side: str) -> tuple[JsonObject, TaskRecord]:
+    before = mapping.to_record(obj)
+    after = change(before)
+    plan = mapping.plan_write(obj, after)
+    written = [name for name in ("spec", "status") if getattr(plan, name) is not None]
+    assert written == [side], f"expected one {side} write, planned {written}"
+    stored = _apply(obj, plan)
+    view = mapping.to_record(stored)
+    assert mapping._comparable(view) == mapping._comparable(after)
+    return stored, view
+
+
+def test_every_transition_of_a_task_life_is_one_write_to_the_right_subresource() -> None:
+    obj = _fresh()
+    later = NOW + timedelta(seconds=1)
+    obj, _ = _step(obj, lambda r: transitions.claim(r, "w1", later, LEASE, 60_000), "status")
+    obj, _ = _step(obj, lambda r: transitions.set_status_message(r, "halfway", later), "status")
+    obj, view = _step(
+        obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT), ("r", ELICIT)], later)[0], "status"
+    )
+    assert view.status is TaskStatus.INPUT_REQUIRED and set(view.input_requests) == {"q", "r"}
+    obj, view = _step(obj, lambda r: transitions.answer_input_requests(r, {"q": ANSWER}, later), "spec")
+    assert view.status is TaskStatus.INPUT_REQUIRED and set(view.input_requests) == {"r"}
+    obj, view = _step(obj, lambda r: transitions.answer_input_requests(r, {"r": ANSWER}, later), "spec")
+    assert view.status is TaskStatus.WORKING and view.input_requests == {} and set(view.input_responses) == {"q", "r"}
+    obj, view = _step(obj, lambda r: transitions.take_input_responses(r, ["q", "r"])[0], "status")
+    assert view.input_responses == {} and view.issued_input_keys == ("q", "r")
+    obj, view = _step(obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT)], later)[0], "status")
+    assert list(view.input_requests) == ["q-2"], "a key is never reused within the task's life"
+    obj, view = _step(obj, lambda r: transitions.request_cancel(r, "alice", later + timedelta(seconds=1)), "spec")
+    assert view.cancel_requested_at is not None and view.last_updated_at > later
+    obj, _ = _step(obj, lambda r: transitions.renew(r, "w1", later + timedelta(seconds=5), LEASE, 60_000), "status")
+    obj, view = _step(obj, lambda r: transitions.cancel(r, later + timedelta(seconds=2)), "status")
+    assert view.status is TaskStatus.CANCELLED and view.lease is None and view.input_requests == {}
+
+
+def test_answers_given_before_the_executor_consumes_them_survive_a_rerun_and_completion() -> None:
+    obj = _fresh()
+    obj, _ = _step(obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT)], NOW)[0], "status")
+    obj, _ = _step(obj, lambda r: transitions.answer_input_requests(r, {"q": ANSWER}, NOW), "spec")
+    obj, view = _step(obj, lambda r: transitions.reset_for_rerun(r, NOW), "status")
+    assert view.input_responses == {} and view.input_requests == {} and view.issued_input_keys == ("q",)
+    result: JsonObject = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+    obj, view = _step(obj, lambda r: transitions.complete(r, result, NOW), "status")
+    assert view.status is TaskStatus.COMPLETED and view.result is not None
+    assert obj["spec"]["inputResponses"] == {"q": ANSWER}, "client intent is never rewritten"
+
+
+def test_fields_fixed_at_creation_cannot_change() -> None:
+    obj = _fresh()
+    record = mapping.to_record(obj)
+    with pytest.raises(ImmutableFieldChanged):
+        mapping.plan_write(obj, dataclasses.replace(record, arguments={"n": 2}))
+    with pytest.raises(ImmutableFieldChanged):
+        mapping.plan_write(obj, dataclasses.replace(record, owner=Owner("evil", "alice")))
+
+
+def test_tenants_that_are_not_label_values_are_hashed() -> None:
+    assert label_value("acme") == "acme"
+    assert label_value("evil corp/unit 7").startswith("sha256-")
+    assert len(label_value("x" * 64)) <= 63
+    assert _fresh()["metadata"]["labels"][TENANT_LABEL] == "acme"
+
+
+def test_the_committed_crds_are_generated_from_the_models(tmp_path: Path) -> None:
+    assert main(["crds", "--check", str(REPO / "crds")]) == 0, "run `mcptasks crds --write crds/`"
+    assert main(["crds", "--write", str(tmp_path)]) == 0
+    drifted = tmp_path / "mcptasks.yaml"
+    drifted.write_text(drifted.read_text().replace("issuedInputKeys", "issuedKeys"))
+    assert main(["crds", "--check", str(tmp_path)]) == 1
