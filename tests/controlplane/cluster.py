@@ -10,6 +10,7 @@ There is no kubelet and no scheduler (issue 4 adds a process node for pods).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -18,12 +19,16 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
@@ -260,3 +265,48 @@ class ControlPlane:
                 "--use-service-account-credentials=false",
             ],
         )
+
+
+def local_tool_manifests(folders: list[Path]) -> list[dict[str, Any]]:
+    """The McpTools in `folders`, with `container.workingDir` set to their folder.
+
+    In a pod the working directory comes from the image; a `--runner local` gateway runs the command on
+    this machine, so the manifests name the folder that holds the tool's script.
+    """
+    documents: list[dict[str, Any]] = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")):
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    document["spec"]["container"].setdefault("workingDir", str(folder.resolve()))
+                    documents.append(document)
+    return documents
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tests.controlplane.cluster WORKDIR [--namespace NS] [--tools DIR]...`.
+
+    Starts a control plane, creates the namespace, applies the McpTools (for `--runner local`), prints
+    the kubeconfig path and runs until SIGINT/SIGTERM. For the conformance run and the benchmark.
+    """
+    parser = argparse.ArgumentParser(prog="python -m tests.controlplane.cluster")
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--namespace", default="mcp-tasks")
+    parser.add_argument("--tools", type=Path, action="append", default=[])
+    parser.add_argument("--no-controllers", action="store_true", help="do not start kube-controller-manager")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with ControlPlane(args.workdir, controllers=not args.no_controllers) as plane:
+        plane.kubectl("create", "namespace", args.namespace)
+        if args.tools:
+            manifests = yaml.safe_dump_all(local_tool_manifests(args.tools))
+            plane.kubectl("apply", "-n", args.namespace, "-f", "-", input_text=manifests)
+        print(plane.kubeconfig, flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

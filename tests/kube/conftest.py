@@ -29,7 +29,7 @@ from mcp_tasks.gateway.transport import SERVICES_KEY
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
-from tests.controlplane.cluster import ControlPlane, ControlPlaneUnavailable, testbin_dir
+from tests.controlplane.cluster import ControlPlane, ControlPlaneUnavailable, local_tool_manifests, testbin_dir
 
 
 @pytest.fixture(scope="session")
@@ -45,28 +45,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
 
 
-def tool_manifests() -> list[dict[str, Any]]:
-    """The test, conformance and example McpTools, with `container.workingDir` set to their folder.
-
-    In a pod the working directory comes from the image; a `--runner local` gateway runs the command
-    on this machine, so the manifests name the folder that holds the tool's script.
-    """
-    documents: list[dict[str, Any]] = []
-    for folder in TOOL_DIRS:
-        for path in sorted(folder.glob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text()):
-                if document:
-                    document["spec"]["container"].setdefault("workingDir", str(folder.resolve()))
-                    documents.append(document)
-    return documents
-
-
 @pytest.fixture
 def namespace(control_plane: ControlPlane) -> str:
     """A fresh namespace with the test, conformance and example McpTools applied."""
     name = f"t-{secrets.token_hex(4)}"
     control_plane.kubectl("create", "namespace", name)
-    control_plane.kubectl("apply", "-n", name, "-f", "-", input_text=yaml.safe_dump_all(tool_manifests()))
+    control_plane.kubectl(
+        "apply", "-n", name, "-f", "-", input_text=yaml.safe_dump_all(local_tool_manifests(list(TOOL_DIRS)))
+    )
     return name
 
 

@@ -86,13 +86,29 @@ class Reflector:
         """Make the next WATCH start at `resource_version` (recovery drills and tests of the `410 Gone` path)."""
         self._resource_version = resource_version
 
-    async def start(self) -> None:
-        """Start the loop and wait for the first LIST to be delivered.
+    async def start(self, timeout_s: float = 60.0) -> None:
+        """Start the loop once the first LIST has been delivered.
+
+        Transient answers (429, 5xx, connection errors: an API server still starting) are retried with
+        backoff for up to `timeout_s` seconds; configuration errors fail at once.
 
         Raises:
-            ApiException: the first LIST failed (wrong namespace, missing CRD, no permission).
+            ApiException: the first LIST failed for good (404: CRD not installed; 401/403: credentials or RBAC).
         """
-        await self._list()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        delay = BACKOFF_INITIAL_S
+        while True:
+            try:
+                await self._list()
+                break
+            except (TimeoutError, ApiException, OSError) as exc:
+                status = getattr(exc, "status", None)
+                transient = not isinstance(exc, ApiException) or status == 429 or (status or 0) >= 500
+                if not transient or asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+                logger.info("%s list failed (%s); the API server may be starting, retrying", self._coordinates[3], exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
         self._task = asyncio.create_task(self._run(), name=f"reflector-{self._coordinates[3]}")
 
     async def aclose(self) -> None:
