@@ -26,10 +26,7 @@ from aiohttp import web
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.runner.channel import Transition, WorkerChannel
-from mcp_tasks.runner.executions import AskedForInput, Execution, ExecutionTable, Finished
 from mcp_tasks.runner.process import ToolProcess
-from mcp_tasks.runner.worker_api import create_worker_app
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, TaskNotFound, VersionConflict
@@ -38,6 +35,9 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.api import create_worker_app
+from mcp_tasks.worker.channel import Transition, WorkerChannel
+from mcp_tasks.worker.executions import AskedForInput, Execution, ExecutionTable, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
 

@@ -2,7 +2,7 @@
 
 Routes `/v1/executions/{id}/...`; every call must carry the execution's own bearer token, so a
 tool process can act only on its own execution. Bodies are bounded (`max_body_bytes`). The
-semantics live in `WorkerChannel` (runner.channel); this module only speaks HTTP.
+semantics live in `WorkerChannel` (worker.channel); this module only speaks HTTP.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ from aiohttp import web
 
 from mcp_tasks.protocol import jsonrpc
 from mcp_tasks.protocol.errors import ParseError
-from mcp_tasks.runner.channel import ChannelError, WorkerChannel
-from mcp_tasks.runner.executions import Execution, ExecutionTable
 from mcp_tasks.runtime import contract
+from mcp_tasks.worker.channel import ChannelError, WorkerChannel
+from mcp_tasks.worker.executions import Execution, ExecutionLookup
 
-logger = logging.getLogger("mcp_tasks.runner")
+logger = logging.getLogger("mcp_tasks.worker")
 
-EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionTable)
+EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionLookup)
 CHANNEL_KEY: Final = web.AppKey("channel", WorkerChannel)
 
 
-def _execution(request: web.Request) -> Execution:
+async def _execution(request: web.Request) -> Execution:
     auth = request.headers.get("Authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else ""
-    execution = request.app[EXECUTIONS_KEY].find(request.match_info["execution_id"], token)
+    execution = await request.app[EXECUTIONS_KEY].resolve(request.match_info["execution_id"], token)
     if execution is None:
         raise web.HTTPNotFound(text="unknown execution or wrong token")
     return execution
@@ -45,7 +45,7 @@ async def _json_body(request: web.Request) -> dict[str, object]:
 
 async def get_input(request: web.Request) -> web.Response:
     """GET /input → arguments and pre-task input responses."""
-    execution = _execution(request)
+    execution = await _execution(request)
     return web.json_response(
         {
             "arguments": execution.arguments,
@@ -58,7 +58,7 @@ async def get_input(request: web.Request) -> web.Response:
 
 async def post_status(request: web.Request) -> web.Response:
     """POST /status {statusMessage} → 204."""
-    execution = _execution(request)
+    execution = await _execution(request)
     body = await _json_body(request)
     message = body.get("statusMessage")
     if not isinstance(message, str):
@@ -72,7 +72,7 @@ async def post_status(request: web.Request) -> web.Response:
 
 async def post_input_requests(request: web.Request) -> web.Response:
     """POST /input-requests {inputRequests} → {keys: {suggested: minted}}."""
-    execution = _execution(request)
+    execution = await _execution(request)
     body = await _json_body(request)
     requests = body.get("inputRequests")
     if not isinstance(requests, dict) or not requests:
@@ -86,7 +86,7 @@ async def post_input_requests(request: web.Request) -> web.Response:
 
 async def get_input_responses(request: web.Request) -> web.Response:
     """GET /input-responses?keys=a,b&waitMs=N → {inputResponses}."""
-    execution = _execution(request)
+    execution = await _execution(request)
     keys = [key for key in request.query.get("keys", "").split(",") if key]
     try:
         wait_ms = min(int(request.query.get("waitMs", "0")), contract.MAX_WAIT_MS)
@@ -101,7 +101,7 @@ async def get_input_responses(request: web.Request) -> web.Response:
 
 async def post_result(request: web.Request) -> web.Response:
     """POST /result {result} | {error, statusMessage} → 204."""
-    execution = _execution(request)
+    execution = await _execution(request)
     body = await _json_body(request)
     try:
         await request.app[CHANNEL_KEY].finish(execution, body)
@@ -110,8 +110,8 @@ async def post_result(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def create_worker_app(executions: ExecutionTable, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
-    """The worker API application (serve it on 127.0.0.1 only)."""
+def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
+    """The worker API application (the embedded runner serves it on 127.0.0.1 only)."""
     app = web.Application(client_max_size=max_body_bytes)
     app[EXECUTIONS_KEY] = executions
     app[CHANNEL_KEY] = channel

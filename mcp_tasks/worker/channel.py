@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.runner.executions import AskedForInput, Execution, Finished
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, transact
 from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
-logger = logging.getLogger("mcp_tasks.runner")
+logger = logging.getLogger("mcp_tasks.worker")
 
 _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

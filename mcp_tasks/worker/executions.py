@@ -1,8 +1,10 @@
-"""Live executions: one per running tool process, task or synchronous, addressed by the worker API.
+"""Executions: one per running tool process, task or synchronous, addressed by the worker API.
 
 An execution holds the per-process worker token and, for a synchronous run, the future its result
-arrives on. It is process memory on purpose: a process cannot outlive the lease that covers it, and
-after a restart the lease rules (not this table) decide what happens to its task.
+arrives on. The worker API finds them through an `ExecutionLookup`: the embedded runner keeps an
+in-memory `ExecutionTable` (a process cannot outlive the lease that covers it, and after a restart
+the lease rules decide what happens to its task); the operator derives them from the McpTask and a
+per-task credential, so they survive an operator restart.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import hmac
 import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.tools import ToolSpec
@@ -40,7 +43,7 @@ class Execution:
     `task_id` is `None` for a synchronous run; `outcome` resolves when the tool posts its result.
     """
 
-    tool: ToolSpec
+    tool: ToolSpec | None
     arguments: JsonObject
     task_id: str | None
     attempt: int = 1
@@ -59,6 +62,14 @@ class Execution:
             return False
         self.outcome.set_result(outcome)
         return True
+
+
+class ExecutionLookup(Protocol):
+    """How the worker API finds the execution a request addresses."""
+
+    async def resolve(self, execution_id: str, token: str) -> Execution | None:
+        """The execution if `token` authorizes it, else `None` (unknown and unauthorized look alike)."""
+        ...
 
 
 class ExecutionTable:
@@ -81,6 +92,10 @@ class ExecutionTable:
         if execution is None or not execution.authorizes(token):
             return None
         return execution
+
+    async def resolve(self, execution_id: str, token: str) -> Execution | None:
+        """`ExecutionLookup`: same as `find`."""
+        return self.find(execution_id, token)
 
     def __len__(self) -> int:
         return len(self._by_id)
