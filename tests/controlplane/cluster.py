@@ -5,7 +5,8 @@ repository. `ControlPlane.start()` runs them on free loopback ports in a tempora
 without fsync, the API server with its self-signed serving certificate, a static admin token
 (`system:masters`) and RBAC, the controller manager with the job, garbage-collector and
 ttl-after-finished controllers. It writes a kubeconfig and installs the project's CRDs from `crds/`.
-There is no kubelet and no scheduler (issue 4 adds a process node for pods).
+There is no kubelet and no scheduler: with `process_node`, `tests/controlplane/process_node.py` binds
+our Jobs' pods and runs them as local processes.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class ControlPlane:
     workdir: Path
     bin_dir: Path = field(default_factory=testbin_dir)
     controllers: bool = True
+    process_node: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, IO[bytes]] = field(default_factory=dict)
     token: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -112,6 +114,20 @@ class ControlPlane:
             self._write_kubeconfig()
             if self.controllers:
                 self._start_controller_manager()
+            if self.process_node:
+                self._spawn(
+                    "process-node",
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.controlplane.process_node",
+                        "--kubeconfig",
+                        str(self.kubeconfig),
+                        "--workdir",
+                        str(self.workdir / "node"),
+                    ],
+                    cwd=REPO,
+                )
             self.kubectl("apply", "--server-side", "-f", str(CRDS))
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         except BaseException:
@@ -158,10 +174,10 @@ class ControlPlane:
             raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
         return result.stdout
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("wb")
         self.logs[name] = log
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
         self.processes[name] = process
         return process
 
@@ -294,11 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", default="mcp-tasks")
     parser.add_argument("--tools", type=Path, action="append", default=[])
     parser.add_argument("--no-controllers", action="store_true", help="do not start kube-controller-manager")
+    parser.add_argument("--process-node", action="store_true", help="run pods as local processes")
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with ControlPlane(args.workdir, controllers=not args.no_controllers) as plane:
+    with ControlPlane(args.workdir, controllers=not args.no_controllers, process_node=args.process_node) as plane:
         plane.kubectl("create", "namespace", args.namespace)
         if args.tools:
             manifests = yaml.safe_dump_all(local_tool_manifests(args.tools))
