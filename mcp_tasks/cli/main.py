@@ -82,6 +82,37 @@ def _parser() -> argparse.ArgumentParser:
         choices=["none", "local"],
         help="who runs tasks: none = the operator (default), local = this process, for development [MCPTASKS_RUNNER]",
     )
+    operator = commands.add_parser("operator", help="run McpTasks as Kubernetes Jobs (kopf)")
+    operator.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config) [MCPTASKS_KUBECONFIG]",
+    )
+    operator.add_argument("--context", help="kubeconfig context (default: current) [MCPTASKS_KUBE_CONTEXT]")
+    operator.add_argument(
+        "--namespace",
+        help="namespace of McpTasks, McpTools and Jobs (default: the pod's or the context's) [MCPTASKS_NAMESPACE]",
+    )
+    operator.add_argument(
+        "--worker-url",
+        help="URL at which tool pods reach this operator's worker API, e.g. "
+        "http://mcptasks-operator.mcp-tasks.svc:8081 [MCPTASKS_WORKER_URL]",
+    )
+    operator.add_argument("--worker-port", type=int, help="worker API port (default 8081) [MCPTASKS_WORKER_PORT]")
+    operator.add_argument(
+        "--start-deadline",
+        type=float,
+        metavar="SECONDS",
+        help="fail a task whose pod has not started after this long (default 300) [MCPTASKS_START_DEADLINE_S]",
+    )
+    operator.add_argument(
+        "--data-dir",
+        type=Path,
+        help="artifacts of large results (a volume the gateways share; default .data) [MCPTASKS_DATA_DIR]",
+    )
+    operator.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
+    operator.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
     crds = commands.add_parser("crds", help="print the CustomResourceDefinitions (pipe to kubectl apply -f -)")
     crds.add_argument("--write", type=Path, metavar="DIR", help="write them as files into DIR instead")
     crds.add_argument("--check", type=Path, metavar="DIR", help="exit 1 if the files in DIR differ from the code")
@@ -96,9 +127,9 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
     """
     settings = from_environment(Settings(), environ)
     serve = settings.serve
-    if args.host is not None:
+    if getattr(args, "host", None) is not None:
         serve = replace(serve, host=args.host)
-    if args.port is not None:
+    if getattr(args, "port", None) is not None:
         serve = replace(serve, port=args.port)
     tools = getattr(args, "tools", None)
     if tools:
@@ -107,7 +138,7 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
         serve = replace(serve, tools_dirs=(Path("examples/tools"),))
     if args.data_dir is not None:
         serve = replace(serve, data_dir=args.data_dir)
-    if args.tokens is not None:
+    if getattr(args, "tokens", None) is not None:
         serve = replace(serve, tokens_file=args.tokens)
     if args.log_level is not None:
         serve = replace(serve, log_level=args.log_level)
@@ -118,7 +149,16 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
         value = getattr(args, name, None)
         if value is not None:
             kube = replace(kube, **{name: value})
-    return validate(replace(settings, serve=serve, kubernetes=kube), args.command)
+    operator = settings.operator
+    for flag, name in (
+        ("worker_url", "worker_url"),
+        ("worker_port", "worker_port"),
+        ("start_deadline", "start_deadline_s"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            operator = replace(operator, **{name: value})
+    return validate(replace(settings, serve=serve, kubernetes=kube, operator=operator), args.command)
 
 
 def _crds(args: argparse.Namespace) -> int:
@@ -159,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _configure_logging(settings.serve.log_level, settings.serve.log_json)
     from mcp_tasks.cli.gateway import gateway
+    from mcp_tasks.cli.operator import operator
     from mcp_tasks.cli.serve import serve
 
-    run = serve if args.command == "serve" else gateway
+    run = {"serve": serve, "gateway": gateway, "operator": operator}[args.command]
     try:
         asyncio.run(run(settings))
     except (InvalidToolManifest, SettingsError) as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mcp_tasks.gateway.settings import GatewaySettings
+from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
 
 
@@ -83,6 +84,7 @@ class Settings:
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    operator: OperatorSettings = field(default_factory=OperatorSettings)
 
 
 _ENV_INT = {
@@ -90,10 +92,13 @@ _ENV_INT = {
     "MCPTASKS_MAX_CONCURRENT_TASKS": ("runner", "max_concurrent_tasks"),
     "MCPTASKS_INLINE_RESULT_MAX_BYTES": ("runner", "inline_result_max_bytes"),
     "MCPTASKS_MAX_BODY_BYTES": ("gateway", "max_body_bytes"),
+    "MCPTASKS_WORKER_PORT": ("operator", "worker_port"),
 }
 _ENV_FLOAT = {
     "MCPTASKS_LEASE_DURATION_S": ("runner", "lease_duration_s"),
     "MCPTASKS_SWEEP_INTERVAL_S": ("runner", "sweep_interval_s"),
+    "MCPTASKS_START_DEADLINE_S": ("operator", "start_deadline_s"),
+    "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S": ("operator", "sweep_interval_s"),
 }
 _ENV_STR = {
     "MCPTASKS_HOST": ("serve", "host"),
@@ -101,6 +106,7 @@ _ENV_STR = {
     "MCPTASKS_NAMESPACE": ("kubernetes", "namespace"),
     "MCPTASKS_KUBE_CONTEXT": ("kubernetes", "context"),
     "MCPTASKS_RUNNER": ("kubernetes", "runner"),
+    "MCPTASKS_WORKER_URL": ("operator", "worker_url"),
 }
 _ENV_PATH = {
     "MCPTASKS_DATA_DIR": ("serve", "data_dir"),

@@ -97,6 +97,17 @@ def renew(record: TaskRecord, holder: str, now: datetime, lease_duration: timede
     )
 
 
+def renew_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> TaskRecord:
+    """Keep a running task's `ttlMs` at least `retention_ms` ahead of now (executors without leases).
+
+    Raises:
+        IllegalTransition: the task already finished (its expiry is final).
+    """
+    if record.status.is_terminal:
+        raise IllegalTransition(f"task {record.task_id} is {record.status}; its ttlMs is final")
+    return dataclasses.replace(record, ttl_ms=keep_alive_ttl(record, now, retention_ms))
+
+
 def request_cancel(record: TaskRecord, requested_by: str, now: datetime) -> TaskRecord:
     """Record a cancellation request. Idempotent; a terminal task is returned unchanged (SEP-2663 `tasks/cancel`)."""
     if record.status.is_terminal or record.cancel_requested_at is not None:

@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
@@ -84,6 +84,7 @@ class ProcessNode:
     """Runs the pods bound to node `node` as local processes (see the module docstring)."""
 
     def __init__(self, api: ApiClient, node: str, workdir: Path) -> None:
+        self.api = api
         self.core = CoreV1Api(api)
         self.node = node
         self.workdir = workdir
@@ -94,7 +95,7 @@ class ProcessNode:
         """Create the Node object and mark it Ready."""
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "labels": {"type": "process"}}}
         with contextlib.suppress(ApiException):
-            await self.core.create_node(body)
+            await self.core.create_node(cast(Any, body))
         now = _now()
         capacity = {"cpu": "64", "memory": "256Gi", "pods": "1000"}
         status = {
@@ -138,8 +139,8 @@ class ProcessNode:
                     listing = await self.core.list_pod_for_all_namespaces()
                     resource_version = listing.metadata.resource_version
                     for pod in listing.items:
-                        await self.observe(self.core.api_client.sanitize_for_serialization(pod))
-                response = await self.core.list_pod_for_all_namespaces(
+                        await self.observe(self.api.sanitize_for_serialization(pod))
+                response: Any = await self.core.list_pod_for_all_namespaces(
                     watch=True,
                     resource_version=resource_version,
                     timeout_seconds=60,
@@ -207,8 +208,8 @@ class ProcessNode:
                     "metadata": {"name": meta["name"]},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
                 }
-                response = await self.core.create_namespaced_pod_binding(
-                    meta["name"], meta["namespace"], binding, _preload_content=False
+                response: Any = await self.core.create_namespaced_pod_binding(
+                    meta["name"], meta["namespace"], cast(Any, binding), _preload_content=False
                 )
                 response.release()
             host = container.get("image", "").split("/", 1)[0]

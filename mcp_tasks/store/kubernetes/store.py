@@ -210,6 +210,11 @@ class KubernetesTaskStore:
             raise TaskNotFound(task_id)
         return record
 
+    async def raw(self, task_id: str) -> JsonObject | None:
+        """The McpTask object itself (cache, else GET), or `None`; for the operator's owner references."""
+        entry = self._cache.get(task_id) or await self._fetch(task_id)
+        return None if entry is None else entry.obj
+
     async def _fetch(self, task_id: str) -> _Entry | None:
         """Authoritative GET (a quorum read of etcd); refreshes the cache."""
         if not _valid_name(task_id):

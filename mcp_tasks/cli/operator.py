@@ -1,0 +1,133 @@
+"""`mcptasks operator`: run McpTasks as Kubernetes Jobs. Wiring only.
+
+Connects like `mcptasks gateway` (in-cluster config or a kubeconfig), opens the McpTask store and the
+McpTool catalog, serves the worker API for tool pods, runs the periodic sweep, and hands the watch
+events to kopf (`operator.handlers`) until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import kopf
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from mcp_tasks.cli.gateway import connect
+from mcp_tasks.cli.settings import Settings, SettingsError
+from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
+from mcp_tasks.operator.handlers import build_registry
+from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.store.artifacts import FileArtifactStore
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.worker.api import create_worker_app
+from mcp_tasks.worker.channel import WorkerChannel
+
+logger = logging.getLogger("mcp_tasks.cli")
+
+
+def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
+    """Kopf's credentials, taken from the kubernetes_asyncio configuration (one login for both clients)."""
+    authorization = (configuration.api_key or {}).get("authorization") or ""
+    scheme, _, token = authorization.partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        default_namespace=namespace,
+    )
+
+
+async def ensure_peering(api: ApiClient, namespace: str, name: str) -> None:
+    """Create the namespace's `KopfPeering` object if missing (kopf needs it to coordinate replicas).
+
+    Raises:
+        SettingsError: the KopfPeering CRD is not installed.
+    """
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name}}
+    try:
+        await CustomObjectsApi(api).create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", body)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise SettingsError(
+                "the KopfPeering CRD is not installed: `mcptasks crds | kubectl apply --server-side -f -`"
+            ) from exc
+        if exc.status != 409:
+            raise
+
+
+async def operator(settings: Settings) -> None:
+    """`mcptasks operator`: run until SIGINT/SIGTERM."""
+    cluster = await connect(settings.kubernetes)
+    api, namespace, config = cluster.api_client, cluster.namespace, settings.operator
+    store = KubernetesTaskStore(api, namespace, utc_now, settings.kubernetes.watch_timeout_s)
+    catalog = KubernetesToolCatalog(api, namespace, settings.kubernetes.watch_timeout_s)
+    artifacts = FileArtifactStore(settings.serve.data_dir.resolve() / "artifacts", config.artifact_max_bytes)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    web_runner: web.AppRunner | None = None
+    sweeping: asyncio.Task[None] | None = None
+    try:
+        try:
+            await store.open()
+            await catalog.open()
+            key = await load_or_create_key(api, namespace)
+            await ensure_peering(api, namespace, config.peering)
+        except ApiException as exc:
+            raise SettingsError(
+                f"cannot watch McpTasks/McpTools or manage Secrets in namespace {namespace!r}: "
+                f"{exc.status} {exc.reason} (CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
+            ) from exc
+        executions = TaskExecutions(key, store, catalog)
+        reconciler = Reconciler(api, store, catalog, artifacts, executions, config, utc_now)
+        channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
+        worker_app = create_worker_app(executions, channel, config.artifact_max_bytes + 64 * 1024)
+        web_runner = web.AppRunner(worker_app, access_log=None, shutdown_timeout=5)
+        await web_runner.setup()
+        await web.TCPSite(web_runner, config.worker_host, config.worker_port).start()
+        print(
+            f"mcp-tasks operator: namespace {namespace}, worker API on {config.worker_host}:{config.worker_port} "
+            f"(pods use {config.worker_url})",
+            flush=True,
+        )
+        sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
+        registry = build_registry(reconciler, connection_info(api.configuration, namespace), config.peering)
+        await kopf.operator(
+            registry=registry,
+            namespaces=[namespace],
+            clusterwide=False,
+            peering_name=config.peering,
+            stop_flag=stop,
+        )
+    finally:
+        if sweeping is not None:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
+        if web_runner is not None:
+            await web_runner.cleanup()
+        await catalog.aclose()
+        await store.aclose()
+        await api.close()
+
+
+async def _sweep_forever(reconciler: Reconciler, interval_s: float) -> None:
+    while True:
+        try:
+            await reconciler.sweep()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("operator sweep failed; retrying")
+        await asyncio.sleep(interval_s)

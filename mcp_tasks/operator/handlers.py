@@ -1,0 +1,57 @@
+"""The kopf side of the operator: which watch events reach the `Reconciler`, and kopf's settings.
+
+Only `@kopf.on.event` handlers: they add no finalizers (deleting an McpTask never waits for the
+operator), keep no handler progress, and return nothing, so kopf writes nothing into `status`; every
+status change goes through the McpTask store (compare-and-swap on the status subresource). kopf's
+peering runs one active replica at a time (random priorities, so replicas never freeze each other);
+the worker API and the sweep run on every replica, which is safe because every write is CAS.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import kopf
+
+from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.store.kubernetes.resources import GROUP, MANAGED_BY, MANAGED_BY_LABEL, TASK_PLURAL, VERSION
+
+logger = logging.getLogger("mcp_tasks.operator")
+
+TOOL_RUN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "app.kubernetes.io/component": "tool-run"}
+
+
+def build_registry(reconciler: Reconciler, connection: kopf.ConnectionInfo, peering: str) -> kopf.OperatorRegistry:
+    """A kopf registry wired to `reconciler`, logging in with `connection`, peering under `peering`."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.level = logging.WARNING  # no Event per INFO line: tasks are many
+        settings.peering.name = peering
+        settings.peering.priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = False
+        settings.watching.server_timeout = 300
+        settings.networking.request_timeout = 60
+
+    @kopf.on.event(GROUP, VERSION, TASK_PLURAL, registry=registry)
+    async def task_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # kopf's name
+        await reconciler.task_event(type or "ADDED", dict(body))
+
+    @kopf.on.event("batch", "v1", "jobs", labels=TOOL_RUN_LABELS, registry=registry)
+    async def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type != "DELETED":
+            await reconciler.job_event(dict(body))
+
+    @kopf.on.event("", "v1", "pods", labels=TOOL_RUN_LABELS, registry=registry)
+    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await reconciler.pod_event(type or "ADDED", dict(body))
+
+    return registry

@@ -1,0 +1,145 @@
+"""What the operator creates for one McpTask: its worker-credential Secret and its Job. Pure functions.
+
+Names are deterministic (`mcptask-<taskId>`), so a handler that runs twice, or an operator restarted
+mid-create, finds the existing objects (409 is success) and never makes a second Job. Both objects
+carry an owner reference to the McpTask, so deleting the task (expiry) removes them through the
+garbage collector. The Job runs the tool's image with the tool runtime contract's environment
+(`runtime.contract`), a restrictive security context, `activeDeadlineSeconds` from the tool's
+`maxRunTimeSeconds`, and retries only for tools declared idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from typing import Any, Final
+
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runtime import contract
+from mcp_tasks.tasks.tools import ToolSpec
+
+PREFIX: Final = "mcptask-"
+TASK_ID_LABEL: Final = "mcptasks.io/task-id"
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+TOKEN_KEY: Final = "token"
+"""Key of the worker token in the per-task Secret."""
+
+
+def object_name(task_id: str) -> str:
+    """Name of the task's Job and Secret: `mcptask-<taskId>` (40 characters for a 32-hex taskId)."""
+    return PREFIX + task_id
+
+
+def worker_token(key: bytes, task_id: str) -> str:
+    """The task's worker credential: HMAC-SHA256(operator key, taskId), hex.
+
+    Derived, not stored in the operator: any replica, before or after a restart, can verify it.
+    """
+    return hmac.new(key, task_id.encode(), hashlib.sha256).hexdigest()
+
+
+def owner_reference(task: JsonObject) -> JsonObject:
+    """Controller owner reference to the McpTask (garbage collection deletes the child with it)."""
+    return {
+        "apiVersion": task["apiVersion"],
+        "kind": task["kind"],
+        "name": task["metadata"]["name"],
+        "uid": task["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def labels(task: JsonObject, tool: str) -> dict[str, str]:
+    """Labels linking a child object to its task and tool."""
+    task_labels = task["metadata"].get("labels") or {}
+    return {
+        "app.kubernetes.io/managed-by": "mcp-tasks",
+        COMPONENT_LABEL: "tool-run",
+        TASK_ID_LABEL: task["metadata"]["name"],
+        "mcptasks.io/tool": task_labels.get("mcptasks.io/tool", tool[:63]),
+    }
+
+
+def build_secret(task: JsonObject, token: str, tool: str) -> JsonObject:
+    """The per-task Secret holding the worker token (mounted into the pod as an env var)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": object_name(task["metadata"]["name"]),
+            "namespace": task["metadata"]["namespace"],
+            "labels": labels(task, tool),
+            "ownerReferences": [owner_reference(task)],
+        },
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def build_job(task: JsonObject, tool: ToolSpec, settings: OperatorSettings) -> JsonObject:
+    """The Job that runs `tool` for `task`.
+
+    Raises:
+        ValueError: the tool declares no `container.image` (it can only run embedded).
+    """
+    container_spec = tool.manifest.container
+    if not container_spec.image:
+        raise ValueError(f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes")
+    task_id = task["metadata"]["name"]
+    name = object_name(task_id)
+    execution = tool.execution
+    env: list[dict[str, Any]] = [
+        {"name": contract.ENV_WORKER_URL, "value": f"{settings.worker_url.rstrip('/')}/v1/executions/{task_id}"},
+        {"name": contract.ENV_WORKER_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_KEY}}},
+        {"name": contract.ENV_TASK_ID, "value": task_id},
+        *({"name": var.name, "value": var.value} for var in container_spec.env),
+    ]
+    container: dict[str, Any] = {
+        "name": "tool",
+        "image": container_spec.image,
+        "command": list(container_spec.command),
+        "env": env,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if container_spec.working_dir:
+        container["workingDir"] = container_spec.working_dir
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": math.ceil(execution.cancel_grace_seconds),
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+    }
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    job_labels = labels(task, tool.name)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": task["metadata"]["namespace"],
+            "labels": job_labels,
+            "ownerReferences": [owner_reference(task)],
+        },
+        "spec": {
+            "activeDeadlineSeconds": math.ceil(execution.max_run_time_seconds),
+            "backoffLimit": settings.idempotent_retries if execution.idempotent else 0,
+            "ttlSecondsAfterFinished": settings.job_ttl_after_finished_s,
+            "podReplacementPolicy": "Failed",
+            "template": {"metadata": {"labels": job_labels}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,299 @@
+"""`Reconciler`: brings the cluster in line with each McpTask, and each McpTask in line with its Job.
+
+Level-triggered and idempotent: every entry point re-reads the task and acts on what it finds, so a
+handler that runs twice, an event that is missed (the periodic `sweep` catches up) or an operator
+restarted mid-run changes nothing twice. Task status changes go through the McpTask store with
+compare-and-swap (`tasks.interfaces.transact`) and the domain's transition rules: a task that already
+reached a terminal state is never changed again.
+
+- New task → its Secret and Job (409 is success: adopted, never duplicated).
+- `spec.cancelRequested` → the Job is deleted with background propagation (pods get SIGTERM and their
+  grace period); the task becomes `cancelled` once no pod of it runs, unless it finished first.
+- Job `Complete` without a posted result → `completed` with `isError: true` and the termination message.
+- Job `Failed`/`FailureTarget` (deadline exceeded, retries exhausted) → `failed` with a JSON-RPC error.
+- A pod that cannot start within `start_deadline_s` → `failed`, and its Job deleted.
+- Expiry: finished tasks past `createdAt + ttlMs` are deleted (Job and Secret go with them through
+  their owner references; artifacts explicitly); running tasks keep a `ttlMs` that covers them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1DeleteOptions
+from kubernetes_asyncio.client.exceptions import ApiException
+from mcp_types import jsonrpc
+
+from mcp_tasks.operator import observe
+from mcp_tasks.operator.credentials import TaskExecutions
+from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, build_secret, object_name
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, transact
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.results import error_result
+
+logger = logging.getLogger("mcp_tasks.operator")
+
+Change = Callable[[TaskRecord, datetime], TaskRecord]
+TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
+
+
+def _failing(message: str) -> Change:
+    error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
+    return lambda record, now: transitions.fail(record, error, message, now)
+
+
+class Reconciler:
+    """The operator's decisions (see the module docstring).
+
+    Args:
+        api: an open kubernetes_asyncio `ApiClient`.
+        store: the McpTask store of the namespace.
+        catalog: the McpTools of the namespace.
+        artifacts: where large results are kept (deleted with their task).
+        executions: worker credentials (the per-task Secret's token).
+        settings: operator settings.
+        clock: UTC clock.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        store: KubernetesTaskStore,
+        catalog: ToolCatalog,
+        artifacts: ArtifactStore,
+        executions: TaskExecutions,
+        settings: OperatorSettings,
+        clock: Clock,
+    ) -> None:
+        self.batch = BatchV1Api(api)
+        self.core = CoreV1Api(api)
+        self.store = store
+        self.namespace = store.namespace
+        self.catalog = catalog
+        self.artifacts = artifacts
+        self.executions = executions
+        self.settings = settings
+        self.clock = clock
+        self._with_job: set[str] = set()  # tasks whose Job is known to exist (saves a 409 per task event)
+
+    # ------------------------------------------------------------------ task status
+
+    async def _change(self, task_id: str, change: Change, why: str) -> bool:
+        """Apply `change` with CAS; False when the task is gone or already terminal (nothing written)."""
+        try:
+            await transact(self.store, task_id, lambda r: (change(r, self.clock()), None))
+        except (IllegalTransition, TaskNotFound):
+            return False
+        logger.info("task %s: %s", task_id, why)
+        return True
+
+    async def _record(self, task_id: str) -> TaskRecord | None:
+        try:
+            return await self.store.get(task_id)
+        except TaskNotFound:
+            return None
+
+    # ------------------------------------------------------------------ McpTask
+
+    async def task_event(self, event: str, task: JsonObject) -> None:
+        """An McpTask was added, changed, deleted, or listed at start-up (`event` is the watch event type)."""
+        task_id = str(task["metadata"]["name"])
+        if event == "DELETED":
+            self._with_job.discard(task_id)
+            await self.artifacts.delete_task(task_id)
+            return
+        if task["metadata"].get("deletionTimestamp"):
+            return
+        record = await self._record(task_id)
+        if record is None or record.status.is_terminal:
+            return
+        if record.cancel_requested_at is not None:
+            await self.cancel(record)
+            return
+        await self.ensure_job(task, record)
+
+    async def ensure_job(self, task: JsonObject, record: TaskRecord) -> None:
+        """Create the task's Secret and Job unless they exist (409: adopt the existing ones)."""
+        if record.task_id in self._with_job:
+            return
+        tool = self.catalog.get_tool(record.tool)
+        if tool is None:
+            await self._change(
+                record.task_id,
+                _failing(f"Tool {record.tool!r} is no longer declared (its McpTool was deleted); the task cannot run"),
+                "failed: tool not declared",
+            )
+            return
+        try:
+            job = build_job(task, tool, self.settings)
+        except ValueError as exc:
+            await self._change(record.task_id, _failing(str(exc)), "failed: no image")
+            return
+        secret = build_secret(task, self.executions.token_for(record.task_id), tool.name)
+        try:
+            await self.core.create_namespaced_secret(self.namespace, cast(Any, secret))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        try:
+            await self.batch.create_namespaced_job(self.namespace, cast(Any, job))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self._with_job.add(record.task_id)
+            return
+        self._with_job.add(record.task_id)
+        logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
+
+    async def cancel(self, record: TaskRecord) -> None:
+        """Delete the task's Job (background propagation); record `cancelled` once no pod runs."""
+        try:
+            await self.batch.delete_namespaced_job(
+                object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
+            )
+            logger.info("task %s: cancel requested; deleting its Job", record.task_id)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if not any(observe.is_running(pod) for pod in await self._pods(record.task_id)):
+            await self._change(record.task_id, transitions.cancel, "cancelled")
+
+    async def _pods(self, task_id: str) -> list[JsonObject]:
+        listing: Any = await self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{TASK_ID_LABEL}={task_id}", _preload_content=False
+        )
+        try:
+            items: list[JsonObject] = (await listing.json()).get("items") or []
+        finally:
+            listing.release()
+        return items
+
+    # ------------------------------------------------------------------ Job and Pod
+
+    async def job_event(self, job: JsonObject) -> None:
+        """A Job of ours changed: conclude its task when the Job finished without the tool doing so."""
+        task_id = (job["metadata"].get("labels") or {}).get(TASK_ID_LABEL)
+        if task_id is not None and not job["metadata"].get("deletionTimestamp"):
+            self._with_job.add(task_id)
+        outcome = observe.job_outcome(job)
+        if task_id is None or outcome is None:
+            return
+        record = await self._record(task_id)
+        if record is None or record.status.is_terminal:
+            return
+        if record.cancel_requested_at is not None:
+            await self.cancel(record)
+            return
+        pods = await self._pods(task_id)
+        ended = [t for t in (observe.termination(p) for p in pods) if t is not None]
+        last = ended[-1] if ended else None
+        detail = f": {last.message}" if last and last.message else ""
+        if outcome.kind == "succeeded":
+            text = f"Tool {record.tool!r} exited without posting a result{detail}"
+            result = error_result(text)
+            await self._change(task_id, lambda r, now: transitions.complete(r, result, now), "completed without result")
+            return
+        tool = self.catalog.get_tool(record.tool)
+        if outcome.reason == "DeadlineExceeded":
+            limit = f" of {tool.execution.max_run_time_seconds:g}s" if tool else ""
+            message = f"Tool {record.tool!r} exceeded its maximum run time{limit} and was stopped"
+        elif outcome.reason == "BackoffLimitExceeded":
+            code = f" with exit code {last.exit_code}" if last else ""
+            runs = len(ended) or 1
+            message = f"Tool {record.tool!r} failed{code} ({runs} run{'s' if runs > 1 else ''}){detail}"
+        else:
+            message = f"Tool {record.tool!r}: Job failed ({outcome.reason}: {outcome.message}){detail}"
+        await self._change(task_id, _failing(message[:1000]), f"failed: {outcome.reason}")
+
+    async def pod_event(self, event: str, pod: JsonObject) -> None:
+        """A pod of ours changed: settle a cancellation, or give up on a pod that cannot start."""
+        task_id = (pod["metadata"].get("labels") or {}).get(TASK_ID_LABEL)
+        if task_id is None:
+            return
+        record = await self._record(task_id)
+        if record is None or record.status.is_terminal:
+            return
+        if record.cancel_requested_at is not None:
+            if event == "DELETED" or not observe.is_running(pod):
+                await self.cancel(record)
+            return
+        await self._check_start(record, pod)
+
+    async def _check_start(self, record: TaskRecord, pod: JsonObject) -> None:
+        problem = observe.start_problem(pod)
+        if problem is None:
+            return
+        waited = (self.clock() - observe.created_at(pod)).total_seconds()
+        if waited < self.settings.start_deadline_s:
+            return
+        message = f"The tool's pod could not start within {self.settings.start_deadline_s:g}s ({problem})"
+        if await self._change(record.task_id, _failing(message[:1000]), "failed: pod did not start"):
+            try:
+                await self.batch.delete_namespaced_job(
+                    object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    # ------------------------------------------------------------------ periodic
+
+    async def sweep(self) -> None:
+        """Catch up on anything events missed: expiry, TTL keep-alive, start deadlines, cancellations, lost Jobs."""
+        now = self.clock()
+        for task_id in await self.store.delete_expired(now, 100):
+            logger.info("task %s: expired; deleted", task_id)
+            await self.artifacts.delete_task(task_id)
+        running = list(await self.store.list_runnable(now, 10_000))  # no leases here: every unfinished task
+        if not running:
+            return
+        jobs = await self._list(self.batch.list_namespaced_job)
+        pods = await self._list(self.core.list_namespaced_pod)
+        jobs_by_task = {(j["metadata"].get("labels") or {}).get(TASK_ID_LABEL): j for j in jobs}
+        pods_by_task: dict[str, list[JsonObject]] = {}
+        for pod in pods:
+            pods_by_task.setdefault((pod["metadata"].get("labels") or {}).get(TASK_ID_LABEL, ""), []).append(pod)
+        for record in running:
+            await self._keep_alive(record, now)
+            if record.cancel_requested_at is not None:
+                await self.cancel(record)
+                continue
+            job = jobs_by_task.get(record.task_id)
+            if job is None:
+                self._with_job.discard(record.task_id)
+            if job is not None:
+                await self.job_event(job)
+                for pod in pods_by_task.get(record.task_id, []):
+                    await self._check_start(record, pod)
+            elif (now - record.created_at).total_seconds() > self.settings.sweep_interval_s:
+                task = await self.store.raw(record.task_id)
+                if task is not None:
+                    await self.ensure_job(task, record)
+
+    async def _keep_alive(self, record: TaskRecord, now: datetime) -> None:
+        """Keep a running task's `ttlMs` the tool's retention ahead (SEP-2663: ttlMs may change)."""
+        tool = self.catalog.get_tool(record.tool)
+        retention = tool.execution.ttl_ms if tool else record.ttl_ms
+        if record.expires_at - now > timedelta(milliseconds=retention / 2):
+            return
+
+        def raise_ttl(r: TaskRecord, at: datetime) -> TaskRecord:
+            return transitions.renew_ttl(r, at, retention)
+
+        await self._change(record.task_id, raise_ttl, "ttlMs raised while running")
+
+    async def _list(self, call: Callable[..., Awaitable[Any]]) -> list[JsonObject]:
+        response: Any = await call(self.namespace, label_selector=TOOL_RUN_SELECTOR, _preload_content=False)
+        try:
+            items: list[JsonObject] = (await response.json()).get("items") or []
+        finally:
+            response.release()
+        return items

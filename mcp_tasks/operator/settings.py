@@ -1,0 +1,41 @@
+"""Settings of the operator (group `operator` of the CLI's `Settings`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSettings:
+    """How the operator runs McpTasks as Jobs.
+
+    Attributes:
+        worker_url: base URL at which pods reach the operator's worker API, e.g.
+            `http://mcptasks-operator.mcp-tasks.svc:8081` (the Service in front of the operator).
+        worker_host: address the worker API binds (default all interfaces).
+        worker_port: port of the worker API (default 8081).
+        start_deadline_s: a pod that has not started this long after its Job was created (image cannot
+            be pulled, unschedulable) fails its task, in seconds (default 300).
+        job_ttl_after_finished_s: `ttlSecondsAfterFinished` of each Job, in seconds (default 600); the
+            McpTask's own expiry removes it earlier through the owner reference.
+        idempotent_retries: `backoffLimit` for tools declared idempotent (others get 0: never re-run).
+        sweep_interval_s: how often expiry, start deadlines and TTL keep-alive are checked, in seconds.
+        service_account: service account of tool pods (default: none mounted; `automountServiceAccountToken`
+            is off either way).
+        inline_result_max_bytes: largest result kept inline in the McpTask, in bytes (default 256 KiB);
+            larger results become artifacts and the task carries a `resource_link`.
+        artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).
+        peering: kopf peering object name; replicas with the same name coordinate (one active).
+    """
+
+    worker_url: str = "http://127.0.0.1:8081"
+    worker_host: str = "0.0.0.0"  # pods reach it through the cluster network
+    worker_port: int = 8081
+    start_deadline_s: float = 300.0
+    job_ttl_after_finished_s: int = 600
+    idempotent_retries: int = 2
+    sweep_interval_s: float = 10.0
+    service_account: str | None = None
+    inline_result_max_bytes: int = 256 * 1024
+    artifact_max_bytes: int = 64 * 1024 * 1024
+    peering: str = "mcp-tasks"
