@@ -33,7 +33,8 @@ logger = logging.getLogger("mcp_tasks.cli")
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
     """Kopf's credentials, taken from the kubernetes_asyncio configuration (one login for both clients)."""
-    authorization = (configuration.api_key or {}).get("authorization") or ""
+    keys = configuration.api_key or {}
+    authorization = keys.get("BearerToken") or keys.get("authorization") or ""
     scheme, _, token = authorization.partition(" ")
     return kopf.ConnectionInfo(
         server=str(configuration.host),

@@ -7,7 +7,9 @@ controller can conclude Jobs:
 
 - **Image → command**: the image is not pulled. The container's `command` + `args` run as a local
   process in `workingDir` (which must exist on this machine), with the container's `env` (plain values,
-  `secretKeyRef` read from the Secret, `fieldRef` to the pod's name/namespace). An image whose registry
+  `secretKeyRef` read from the Secret, `fieldRef` to the pod's name/namespace); a `python`/`python3`
+  command runs this machine's interpreter (the test environment, with `mcp_tasks` installed) in place
+  of the image's. An image whose registry
   host ends in `.invalid` "cannot be pulled": the pod stays Pending with `ErrImagePull` /
   `ImagePullBackOff`, as on a real node.
 - **Running**: phase Running, Ready conditions, a `running` container state.
@@ -33,6 +35,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -227,6 +230,8 @@ class ProcessNode:
             running.fallback_to_logs = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
             env["MCPTASKS_TERMINATION_MESSAGE_PATH"] = str(running.message_file)
             argv = [*container.get("command", []), *container.get("args", [])]
+            if argv and argv[0] in ("python", "python3"):
+                argv[0] = sys.executable  # this machine's interpreter stands in for the image's
             with running.output.open("wb") as output:
                 running.process = await asyncio.create_subprocess_exec(
                     *argv,
