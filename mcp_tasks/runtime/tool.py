@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,10 +62,13 @@ class ToolContext:
         attempt: 1 for the first run; higher when an idempotent task was restarted.
     """
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0, retry_s: float = 300.0
+    ) -> None:
         self._url = (url or os.environ[contract.ENV_WORKER_URL]).rstrip("/")
         self._token = token or os.environ[contract.ENV_WORKER_TOKEN]
         self._timeout_s = timeout_s
+        self._retry_s = retry_s
         start = self._call("GET", contract.PATH_INPUT)
         self.arguments: Json = start.get("arguments") or {}
         self.input_responses: Json = start.get("inputResponses") or {}
@@ -72,18 +76,32 @@ class ToolContext:
         self.attempt: int = int(start.get("attempt") or 1)
 
     def _call(self, method: str, path: str, body: Json | None = None, timeout_s: float | None = None) -> Json:
+        """One worker-API call, retried while the server cannot be reached.
+
+        Unreachable or 502/503/504 (an operator restarting): retry with backoff (0.5 s doubling to 5 s)
+        for up to `retry_s` seconds. Other errors raise `WorkerApiError` at once.
+        """
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self._url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self._token}")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s or self._timeout_s) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")
-            raise WorkerApiError(exc.code, detail) from exc
-        return json.loads(payload) if payload else {}
+        deadline = time.monotonic() + self._retry_s
+        delay = 0.5
+        while True:
+            request = urllib.request.Request(self._url + path, data=data, method=method)
+            request.add_header("Authorization", f"Bearer {self._token}")
+            if data is not None:
+                request.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s or self._timeout_s) as response:
+                    payload = response.read()
+                return json.loads(payload) if payload else {}
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", "replace")
+                if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
+                    raise WorkerApiError(exc.code, detail) from exc
+            except (urllib.error.URLError, ConnectionError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise WorkerApiError(503, f"worker API unreachable: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def report(self, message: str) -> None:
         """Set the task's `statusMessage` (progress for long work; shown on `tasks/get`)."""
@@ -144,6 +162,9 @@ class ToolContext:
         if failure.data is not None:
             error["data"] = failure.data
         self._call("POST", contract.PATH_RESULT, {"error": error, "statusMessage": str(failure)})
+
+
+_UNAVAILABLE = frozenset({502, 503, 504})
 
 
 def text_result(text: str, is_error: bool = False) -> Json:

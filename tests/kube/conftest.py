@@ -1,4 +1,5 @@
-"""Fixtures on a real control plane (etcd + kube-apiserver + kube-controller-manager built from Go modules).
+"""Fixtures on a real control plane (etcd + kube-apiserver + kube-controller-manager built from Go modules,
+plus the process node that runs our Jobs' pods as local processes).
 
 Tests here skip with the reason when the binaries are not built, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1`
 (set by `.ci/run`), which turns the skip into a failure so CI cannot pass without running them.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +32,13 @@ from mcp_tasks.gateway.transport import SERVICES_KEY
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
-from tests.controlplane.cluster import ControlPlane, ControlPlaneUnavailable, local_tool_manifests, testbin_dir
+from tests.controlplane.cluster import (
+    ControlPlane,
+    ControlPlaneUnavailable,
+    free_port,
+    local_tool_manifests,
+    testbin_dir,
+)
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +50,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         if os.environ.get("MCPTASKS_REQUIRE_CONTROL_PLANE") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
-    with ControlPlane(tmp_path_factory.mktemp("control-plane"), bin_dir=bin_dir) as plane:
+    with ControlPlane(tmp_path_factory.mktemp("control-plane"), bin_dir=bin_dir, process_node=True) as plane:
         yield plane
 
 
@@ -125,6 +134,79 @@ async def gateways(control_plane: ControlPlane, namespace: str, tmp_path: Path) 
         await started.aclose()
 
 
+class Operators:
+    """Starts `mcptasks operator` processes for one namespace (sharing the gateways' data folder)."""
+
+    def __init__(self, plane: ControlPlane, namespace: str, data_dir: Path) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.data_dir = data_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+
+    def start(self, *flags: str) -> subprocess.Popen[bytes]:
+        """Start an operator and wait for its worker API banner (kopf then starts watching)."""
+        log = (self.data_dir / f"operator-{len(self.processes)}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mcp_tasks.cli",
+                "operator",
+                "--kubeconfig",
+                str(self.plane.kubeconfig),
+                "--namespace",
+                self.namespace,
+                "--worker-url",
+                f"http://127.0.0.1:{self.port}",
+                "--worker-port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+                *flags,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S": "1"},
+        )
+        log.close()
+        self.processes.append(process)
+        deadline = time.monotonic() + 30
+        while b"worker API on" not in self.log(process):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"operator did not start:\n{self.log(process).decode(errors='replace')}")
+            time.sleep(0.1)
+        return process
+
+    def log(self, process: subprocess.Popen[bytes]) -> bytes:
+        return (self.data_dir / f"operator-{self.processes.index(process)}.log").read_bytes()
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL: the operator dies mid-work without any clean-up."""
+        process.kill()
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+@pytest.fixture
+def operators(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[Operators]:
+    started = Operators(control_plane, namespace, tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
 @pytest.fixture
 async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
@@ -148,4 +230,4 @@ def get_object(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]
     return loaded
 
 
-__all__ = ["REPO", "Gateway", "Gateways", "client", "get_object"]
+__all__ = ["REPO", "Gateway", "Gateways", "Operators", "client", "get_object"]

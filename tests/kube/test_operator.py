@@ -1,0 +1,257 @@
+"""End to end on the real control plane: gateway + operator + API server + controller manager + process node.
+
+Each task runs as a Job whose pod the process node runs as a local process; the tool talks to the
+operator's worker API exactly as it would from a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult
+
+from mcp_tasks.client import TasksClientExtension
+from mcp_tasks.protocol.models import GetTaskResult
+from tests.controlplane.cluster import ControlPlane
+from tests.kube.conftest import Gateways, Operators, client, get_object
+
+WAIT_S = 30.0
+
+
+def kube_json(plane: ControlPlane, namespace: str, *what: str) -> Any:
+    return json.loads(plane.kubectl("get", *what, "-n", namespace, "-o", "json"))
+
+
+def jobs_of(plane: ControlPlane, namespace: str, task_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube_json(plane, namespace, "jobs", "-l", f"mcptasks.io/task-id={task_id}")["items"]
+    return items
+
+
+async def until(predicate: Any, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(interval_s)
+
+
+async def test_the_sep_hello_world_flow_runs_as_a_job(
+    gateways: Gateways, operators: Operators, control_plane: ControlPlane, namespace: str
+) -> None:
+    """SEP-2663 Example Message Flow, verbatim, with the tool in a Job's pod talking to the operator."""
+    operators.start()
+    gateway = await gateways.start()
+    seen: list[GetTaskResult] = []
+
+    async def record(task: GetTaskResult) -> None:
+        seen.append(task)
+
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert params.message == "Please enter your name."  # type: ignore[union-attr]
+        return ElicitResult(action="accept", content={"input": "Luca"})
+
+    async with Client(
+        gateway.url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
+    ) as sdk:
+        result = await sdk.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    statuses = [task.status.value for task in seen]
+    assert "input_required" in statuses and statuses[-1] == "completed"
+    task_id = seen[-1].task_id
+
+    (job,) = jobs_of(control_plane, namespace, task_id)
+    task = get_object(control_plane, namespace, task_id)
+    assert task is not None
+    owner = job["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "McpTask",
+        task_id,
+        task["metadata"]["uid"],
+        True,
+    )
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 2, "hello_world is declared idempotent: it may be re-run"
+    assert spec["activeDeadlineSeconds"] == 900 and spec["ttlSecondsAfterFinished"] > 0
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert spec["template"]["spec"]["automountServiceAccountToken"] is False
+    env = {item["name"]: item for item in container["env"]}
+    assert env["MCPTASKS_WORKER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"mcptask-{task_id}"
+    secret = kube_json(control_plane, namespace, "secret", f"mcptask-{task_id}")
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == task["metadata"]["uid"]
+    await until(lambda: jobs_of(control_plane, namespace, task_id)[0]["status"].get("succeeded") == 1)
+    table = control_plane.kubectl("get", "mcptasks,jobs", "-n", namespace)
+    assert task_id in table and "completed" in table and "Complete" in table
+
+
+async def test_cancelling_a_running_task_deletes_its_job_and_ends_cancelled(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """tasks/cancel is acknowledged at once; the operator deletes the Job, the pod gets SIGTERM, then `cancelled`."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 60})
+    await until(
+        lambda: bool(
+            kube_json(
+                control_plane,
+                namespace,
+                "pods",
+                "-l",
+                f"mcptasks.io/task-id={task_id}",
+                "--field-selector",
+                "status.phase=Running",
+            )["items"]
+        )
+    )
+    ack = await mcp.cancel(task_id)
+    assert "result" in ack.body, ack.body  # acknowledged at once; the work stops later
+    done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=WAIT_S)
+    assert done["status"] == "cancelled"
+    await until(lambda: not jobs_of(control_plane, namespace, task_id))
+    await until(
+        lambda: not kube_json(control_plane, namespace, "pods", "-l", f"mcptasks.io/task-id={task_id}")["items"]
+    )
+
+
+async def test_killing_the_operator_mid_run_loses_nothing_and_creates_no_second_job(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    first = operators.start()
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("confirm_delete", {"filename": "report.pdf"})
+    asked = await mcp.wait_status(task_id, "input_required", timeout_s=WAIT_S)
+    assert list(asked["inputRequests"]) == ["confirm"]
+    operators.kill(first)
+    answer = {"confirm": {"action": "accept", "content": {"confirm": True}}}
+    assert "result" in (await mcp.update(task_id, answer)).body, "answers are stored in the McpTask, not the operator"
+    await asyncio.sleep(1.0)
+    operators.start()
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "Deleted report.pdf"
+    assert len(jobs_of(control_plane, namespace, task_id)) == 1
+    stored = get_object(control_plane, namespace, task_id)
+    assert stored is not None and stored["status"]["issuedInputKeys"] == ["confirm"]
+
+
+UNPULLABLE = """\
+apiVersion: mcptasks.io/v1alpha1
+kind: McpTool
+metadata: {name: never-starts}
+spec:
+  name: never_starts
+  description: Its image cannot be pulled.
+  inputSchema: {type: object}
+  execution: {taskPolicy: required}
+  container: {image: registry.invalid/missing:1, command: [python, -c, "pass"]}
+"""
+
+
+async def test_a_pod_that_never_starts_fails_its_task_within_the_start_deadline(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=UNPULLABLE)
+    operators.start("--start-deadline", "3")
+    mcp = client(http_session, await gateways.start())
+    async with asyncio.timeout(10):
+        while "never_starts" not in [t["name"] for t in (await mcp.request("tools/list")).result["tools"]]:
+            await asyncio.sleep(0.1)
+    task_id = await mcp.start_task("never_starts", {})
+    done = await mcp.wait_status(task_id, "failed", "completed", timeout_s=WAIT_S)
+    assert done["status"] == "failed"
+    assert "could not start within 3s" in done["statusMessage"] and "ImagePull" in done["statusMessage"]
+    assert done["error"]["code"] == -32603
+    await until(lambda: not jobs_of(control_plane, namespace, task_id))
+
+
+async def test_jobs_that_end_without_a_result_end_their_tasks(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """Exit non-zero (retries exhausted) → failed with the exit code and the log tail; deadline → failed."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    crashed = await mcp.start_task("crasher", {})
+    slow = await mcp.start_task("short_deadline", {"seconds": 30})
+    crash = await mcp.wait_status(crashed, "failed", "completed", timeout_s=WAIT_S)
+    assert crash["status"] == "failed", crash
+    (job,) = jobs_of(control_plane, namespace, crashed)
+    assert job["spec"]["backoffLimit"] == 0, "crasher is not idempotent: never re-run"
+    assert "exit code 3" in crash["statusMessage"] and "the disk is on fire" in crash["statusMessage"]
+    late = await mcp.wait_status(slow, "failed", "completed", timeout_s=WAIT_S)
+    assert late["status"] == "failed" and "maximum run time of 1s" in late["statusMessage"]
+
+
+async def test_two_gateway_replicas_and_a_large_result_as_an_owner_only_artifact(
+    gateways: Gateways, operators: Operators, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"token": "alice", "tenant": "acme", "subject": "alice"},
+                    {"token": "eve", "tenant": "evil", "subject": "eve"},
+                ]
+            }
+        )
+    )
+    operators.start()
+    first, second = await gateways.start(tokens_file=tokens), await gateways.start(tokens_file=tokens)
+    size = 300 * 1024
+    task_id = await client(http_session, first, "alice").start_task("big_result", {"size": size})
+    done = await client(http_session, second, "alice").wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
+    assert done["status"] == "completed", done
+    assert len(json.dumps(done)) < 4096, "the McpTask holds a link, not the 300 KiB"
+    link = next(block for block in done["result"]["content"] if block["type"] == "resource_link")
+    read = await client(http_session, second, "alice").request("resources/read", {"uri": link["uri"]})
+    assert json.loads(read.result["contents"][0]["text"])["content"][0]["text"] == "x" * size
+    foreign = await client(http_session, first, "eve").request("resources/read", {"uri": link["uri"]})
+    assert foreign.error["code"] == -32602
+
+
+async def test_an_expired_task_is_deleted_with_its_job_and_secret(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("short_ttl", {"seconds": 0})
+    await mcp.wait_status(task_id, "completed", timeout_s=WAIT_S)
+    await until(lambda: get_object(control_plane, namespace, task_id) is None)
+    await until(lambda: not jobs_of(control_plane, namespace, task_id))
+
+    def secret_gone() -> bool:
+        try:
+            control_plane.kubectl("get", "secret", f"mcptask-{task_id}", "-n", namespace)
+        except subprocess.CalledProcessError:
+            return True
+        return False
+
+    await until(secret_gone)
