@@ -53,7 +53,7 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
         seen.append(task)
 
     async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        assert params.message == "Please enter your name."  # type: ignore[union-attr]
+        assert params.message == "Please enter your name."
         return ElicitResult(action="accept", content={"input": "Luca"})
 
     async with Client(
