@@ -144,7 +144,7 @@ class Operators:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
 
-    def start(self, *flags: str) -> subprocess.Popen[bytes]:
+    def start(self, *flags: str, kubeconfig: Path | None = None) -> subprocess.Popen[bytes]:
         """Start an operator and wait for its worker API banner (kopf then starts watching)."""
         log = (self.data_dir / f"operator-{len(self.processes)}.log").open("wb")
         process = subprocess.Popen(

@@ -1,0 +1,80 @@
+"""The least-privilege Roles in deploy/kubernetes/rbac.yaml are enough to run the product, and no more.
+
+The gateway and the operator run with real ServiceAccount tokens (TokenRequest) bound to those Roles.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import aiohttp
+
+from tests.controlplane.cluster import REPO, ControlPlane
+from tests.kube.conftest import Gateways, Operators, client
+
+
+def account_kubeconfig(plane: ControlPlane, namespace: str, account: str, folder: Path) -> Path:
+    token = plane.kubectl("create", "token", account, "-n", namespace, "--duration", "1h").strip()
+    path = folder / f"{account}.kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "test", "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}
+                ],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": account, "namespace": namespace}}],
+                "current-context": "test",
+            }
+        )
+    )
+    return path
+
+
+def can(plane: ControlPlane, kubeconfig: Path, *action: str) -> bool:
+    """`kubectl auth can-i` as the account of `kubeconfig`."""
+    result = subprocess.run(
+        [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), "auth", "can-i", *action],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() == "yes"
+
+
+async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    rbac = (REPO / "deploy" / "kubernetes" / "rbac.yaml").read_text().replace("mcp-tasks", namespace)
+    control_plane.kubectl("apply", "-f", "-", input_text=rbac)
+    gateway_config = account_kubeconfig(control_plane, namespace, "mcptasks-gateway", tmp_path)
+    operator_config = account_kubeconfig(control_plane, namespace, "mcptasks-operator", tmp_path)
+
+    assert not can(control_plane, gateway_config, "create", "jobs")
+    assert not can(control_plane, gateway_config, "get", "secrets")
+    assert not can(control_plane, gateway_config, "update", "mcptasks", "--subresource=status")
+    assert can(control_plane, operator_config, "update", "mcptasks", "--subresource=status")
+    assert not can(control_plane, operator_config, "update", "mcptasks"), "the operator never rewrites client intent"
+    assert not can(control_plane, operator_config, "list", "secrets")
+    assert not can(control_plane, operator_config, "get", "mcptasks", "-n", "default")
+
+    operators.start(kubeconfig=operator_config)
+    mcp = client(http_session, await gateways.start(kubeconfig=gateway_config))
+    asked = await mcp.start_task("confirm_delete", {"filename": "a.txt"})
+    await mcp.wait_status(asked, "input_required", timeout_s=30)
+    await mcp.update(asked, {"confirm": {"action": "accept", "content": {"confirm": True}}})
+    done = await mcp.wait_status(asked, "completed", "failed", timeout_s=30)
+    assert done["result"]["content"][0]["text"] == "Deleted a.txt", done
+    sleeping = await mcp.start_task("sleeper", {"seconds": 60})
+    await mcp.wait_status(sleeping, "working")
+    await mcp.cancel(sleeping)
+    assert (await mcp.wait_status(sleeping, "cancelled", "failed", timeout_s=30))["status"] == "cancelled"
