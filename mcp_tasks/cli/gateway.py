@@ -41,6 +41,7 @@ class Cluster:
 
     api_client: ApiClient
     namespace: str
+    in_cluster: bool = False
 
 
 async def connect(settings: KubernetesSettings) -> Cluster:
@@ -51,8 +52,9 @@ async def connect(settings: KubernetesSettings) -> Cluster:
     """
     configuration = Configuration()
     namespace = settings.namespace
+    in_cluster = settings.kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
-        if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
             if namespace is None and IN_CLUSTER_NAMESPACE_FILE.is_file():
                 namespace = IN_CLUSTER_NAMESPACE_FILE.read_text().strip()
@@ -69,7 +71,7 @@ async def connect(settings: KubernetesSettings) -> Cluster:
         raise SettingsError(
             f"no Kubernetes configuration: {exc} (pass --kubeconfig FILE, set KUBECONFIG, or run in a pod)"
         ) from exc
-    return Cluster(ApiClient(configuration), namespace or "default")
+    return Cluster(ApiClient(configuration), namespace or "default", in_cluster)
 
 
 async def build_gateway_app(settings: Settings) -> web.Application:

@@ -103,7 +103,8 @@ async def operator(settings: Settings) -> None:
             flush=True,
         )
         sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
-        registry = build_registry(reconciler, connection_info(api.configuration, namespace), config.peering)
+        connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
+        registry = build_registry(reconciler, connection, config.peering)
         await kopf.operator(
             registry=registry,
             namespaces=[namespace],

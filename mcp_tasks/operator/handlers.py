@@ -23,12 +23,20 @@ logger = logging.getLogger("mcp_tasks.operator")
 TOOL_RUN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "app.kubernetes.io/component": "tool-run"}
 
 
-def build_registry(reconciler: Reconciler, connection: kopf.ConnectionInfo, peering: str) -> kopf.OperatorRegistry:
-    """A kopf registry wired to `reconciler`, logging in with `connection`, peering under `peering`."""
+def build_registry(
+    reconciler: Reconciler, connection: kopf.ConnectionInfo | None, peering: str
+) -> kopf.OperatorRegistry:
+    """A kopf registry wired to `reconciler`, peering under `peering`.
+
+    kopf logs in with `connection`, or, when it is `None` (in a pod), with the pod's service-account
+    token, re-read as the kubelet rotates it.
+    """
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if connection is None:
+            return kopf.login_with_service_account(**kwargs)
         return connection
 
     @kopf.on.startup(registry=registry)
