@@ -209,10 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mcptasks: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(
-            f"mcptasks: cannot listen on {settings.serve.host}:{settings.serve.port}: {exc.strerror or exc}",
-            file=sys.stderr,
+        where = (
+            f"{settings.operator.worker_host}:{settings.operator.worker_port} (worker API)"
+            if args.command == "operator"
+            else f"{settings.serve.host}:{settings.serve.port}"
         )
+        print(f"mcptasks: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
 
