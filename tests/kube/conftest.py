@@ -144,8 +144,14 @@ class Operators:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
 
-    def start(self, *flags: str, kubeconfig: Path | None = None) -> subprocess.Popen[bytes]:
-        """Start an operator and wait for its worker API banner (kopf then starts watching)."""
+    def start(
+        self, *flags: str, kubeconfig: Path | None = None, worker_port: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start an operator and wait for its worker API banner (kopf then starts watching).
+
+        Pods reach the worker API at the first port (a Service in a cluster); a second replica running
+        at the same time needs its own `worker_port` on this one machine.
+        """
         log = (self.data_dir / f"operator-{len(self.processes)}.log").open("wb")
         process = subprocess.Popen(
             [
@@ -154,13 +160,13 @@ class Operators:
                 "mcp_tasks.cli",
                 "operator",
                 "--kubeconfig",
-                str(self.plane.kubeconfig),
+                str(kubeconfig or self.plane.kubeconfig),
                 "--namespace",
                 self.namespace,
                 "--worker-url",
                 f"http://127.0.0.1:{self.port}",
                 "--worker-port",
-                str(self.port),
+                str(worker_port or self.port),
                 "--data-dir",
                 str(self.data_dir),
                 *flags,

@@ -20,7 +20,7 @@ from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.client import TasksClientExtension
 from mcp_tasks.protocol.models import GetTaskResult
-from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, get_object
 
 WAIT_S = 30.0
@@ -191,7 +191,8 @@ async def test_jobs_that_end_without_a_result_end_their_tasks(
     control_plane: ControlPlane,
     namespace: str,
 ) -> None:
-    """Exit non-zero (retries exhausted) → failed with the exit code and the log tail; deadline → failed."""
+    """Exit non-zero (retries exhausted) → failed with the exit code and the log tail; deadline → failed;
+    exit 0 without a result → completed with isError and the termination message."""
     operators.start()
     mcp = client(http_session, await gateways.start())
     crashed = await mcp.start_task("crasher", {})
@@ -203,6 +204,9 @@ async def test_jobs_that_end_without_a_result_end_their_tasks(
     assert "exit code 3" in crash["statusMessage"] and "the disk is on fire" in crash["statusMessage"]
     late = await mcp.wait_status(slow, "failed", "completed", timeout_s=WAIT_S)
     assert late["status"] == "failed" and "maximum run time of 1s" in late["statusMessage"]
+    quiet = await mcp.wait_status(await mcp.start_task("silent", {}), "failed", "completed", timeout_s=WAIT_S)
+    assert quiet["status"] == "completed" and quiet["result"]["isError"] is True, quiet
+    assert "exited without posting a result: gave up quietly" in quiet["result"]["content"][0]["text"]
 
 
 async def test_two_gateway_replicas_and_a_large_result_as_an_owner_only_artifact(
@@ -255,3 +259,22 @@ async def test_an_expired_task_is_deleted_with_its_job_and_secret(
         return False
 
     await until(secret_gone)
+
+
+async def test_two_operator_replicas_run_each_task_once(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """kopf peering with random priorities: one replica acts, none freezes, no task gets two Jobs."""
+    operators.start()
+    operators.start(worker_port=free_port())
+    mcp = client(http_session, await gateways.start())
+    task_ids = [await mcp.start_task("sleeper", {"seconds": 0}) for _ in range(4)]
+    for task_id in task_ids:
+        assert (await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
+        assert len(jobs_of(control_plane, namespace, task_id)) == 1
+    peering = kube_json(control_plane, namespace, "kopfpeering", "mcp-tasks")
+    assert len(peering.get("status") or {}) == 2, "both replicas are registered in the peering object"

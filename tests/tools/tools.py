@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -71,5 +72,18 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "forker": forker,
 }
 
+
+def silent() -> None:
+    """Exits 0 without posting a result, leaving a termination message (process node) and a stderr line."""
+    path = os.environ.get("MCPTASKS_TERMINATION_MESSAGE_PATH")
+    if path:
+        with open(path, "w", encoding="utf-8") as message:
+            message.write("gave up quietly")
+    print("gave up quietly", file=sys.stderr)
+    sys.exit(0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "silent":
+        silent()
     run(TOOLS[sys.argv[1]])
