@@ -27,6 +27,7 @@ from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
+from mcp_tasks.store.kubernetes.client import close_api_client
 from mcp_tasks.tasks.inline import TaskBackedExecutor
 from mcp_tasks.tasks.interfaces import ToolExecutor, utc_now
 
@@ -102,7 +103,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
             await catalog.open()
         except ApiException as exc:
             await store.aclose()
-            await cluster.api_client.close()
+            await close_api_client(cluster.api_client)
             raise SettingsError(
                 f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {exc.status} {exc.reason} "
                 "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
@@ -117,7 +118,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                 await runner.aclose()
             await catalog.aclose()
             await store.aclose()
-            await cluster.api_client.close()
+            await close_api_client(cluster.api_client)
 
     app = create_app(services, authenticator, lifecycle)
     app[NAMESPACE_KEY] = cluster.namespace

@@ -24,6 +24,7 @@ from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
+from mcp_tasks.store.kubernetes.client import close_api_client
 from mcp_tasks.tasks.interfaces import utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
@@ -121,7 +122,7 @@ async def operator(settings: Settings) -> None:
             await web_runner.cleanup()
         await catalog.aclose()
         await store.aclose()
-        await api.close()
+        await close_api_client(api)
 
 
 async def _sweep_forever(reconciler: Reconciler, interval_s: float) -> None:

@@ -31,6 +31,7 @@ from mcp_tasks.gateway.context import Services
 from mcp_tasks.gateway.transport import SERVICES_KEY
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.store.kubernetes.client import close_api_client
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
 from tests.controlplane.cluster import (
     ControlPlane,
@@ -69,8 +70,11 @@ def namespace(control_plane: ControlPlane) -> str:
 async def api_client(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
     configuration = Configuration()
     await config.load_kube_config(config_file=str(control_plane.kubeconfig), client_configuration=configuration)
-    async with ApiClient(configuration) as client:
+    client = ApiClient(configuration)
+    try:
         yield client
+    finally:
+        await close_api_client(client)
 
 
 @dataclass
