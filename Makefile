@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint typecheck controlplane pytest conformance bench clean
+.PHONY: install run test lint typecheck controlplane pytest conformance bench bench-kubernetes clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: lint typecheck pytest conformance
 
 bench: install
 	$(BIN)/python -m bench.run
+
+# the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
+bench-kubernetes: install controlplane
+	$(BIN)/python -m bench.kubernetes
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache conformance-results
