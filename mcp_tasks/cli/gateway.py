@@ -27,7 +27,7 @@ from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
-from mcp_tasks.store.kubernetes.client import close_api_client
+from mcp_tasks.store.kubernetes.client import close_api_client, open_api_client
 from mcp_tasks.tasks.inline import TaskBackedExecutor
 from mcp_tasks.tasks.interfaces import ToolExecutor, utc_now
 
@@ -72,7 +72,7 @@ async def connect(settings: KubernetesSettings) -> Cluster:
         raise SettingsError(
             f"no Kubernetes configuration: {exc} (pass --kubeconfig FILE, set KUBECONFIG, or run in a pod)"
         ) from exc
-    return Cluster(ApiClient(configuration), namespace or "default", in_cluster)
+    return Cluster(open_api_client(configuration), namespace or "default", in_cluster)
 
 
 async def build_gateway_app(settings: Settings) -> web.Application:
