@@ -23,11 +23,17 @@ async def ask_on_terminal(context: ClientRequestContext, params: ElicitRequestPa
     return ElicitResult(action="accept", content={"name": answer.strip() or "world"})
 
 
+_last_shown: list[str] = []
+
+
 async def show(task: GetTaskResult) -> None:
-    print(
-        f"  task {task.task_id[:8]}…: {task.status.value}"
-        + (f" ({task.status_message})" if task.status_message else "")
+    """Print the task's status when it changes (not on every poll)."""
+    line = f"  task {task.task_id[:8]}…: {task.status.value}" + (
+        f" ({task.status_message})" if task.status_message else ""
     )
+    if _last_shown[-1:] != [line]:
+        _last_shown.append(line)
+        print(line)
 
 
 async def main(url: str) -> None:

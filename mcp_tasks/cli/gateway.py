@@ -8,6 +8,7 @@ elsewhere a kubeconfig.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -69,10 +70,30 @@ async def connect(settings: KubernetesSettings) -> Cluster:
                 chosen = next((c for c in contexts if c["name"] == settings.context), active)
                 namespace = (chosen or {}).get("context", {}).get("namespace")
     except (config.ConfigException, OSError) as exc:
-        raise SettingsError(
-            f"no Kubernetes configuration: {exc} (pass --kubeconfig FILE, set KUBECONFIG, or run in a pod)"
-        ) from exc
+        raise SettingsError(f"no usable Kubernetes configuration: {exc} ({_config_hint(settings)})") from exc
     return Cluster(open_api_client(configuration), namespace or "default", in_cluster)
+
+
+def _config_hint(settings: KubernetesSettings) -> str:
+    """What to check next when the kubeconfig cannot be loaded."""
+    if settings.context is not None:
+        return f"is --context {settings.context!r} one of the contexts in `kubectl config get-contexts`?"
+    named = os.environ.get("KUBECONFIG")
+    if settings.kubeconfig is None and named:
+        missing = [path for path in named.split(os.pathsep) if path and not Path(path).is_file()]
+        if missing:
+            return f"KUBECONFIG names {', '.join(missing)}, which does not exist"
+    return "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod"
+
+
+def api_error(exc: ApiException) -> str:
+    """`<status> <reason>: <the API server's message>` of an error answer."""
+    message = ""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
 
 
 async def build_gateway_app(settings: Settings) -> web.Application:
@@ -105,7 +126,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
             await store.aclose()
             await close_api_client(cluster.api_client)
             raise SettingsError(
-                f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {exc.status} {exc.reason} "
+                f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {api_error(exc)} "
                 "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
             ) from exc
         if runner is not None:

@@ -17,7 +17,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcp_tasks.cli.gateway import connect
+from mcp_tasks.cli.gateway import api_error, connect
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
 from mcp_tasks.operator.handlers import build_registry
@@ -88,8 +88,8 @@ async def operator(settings: Settings) -> None:
             await ensure_peering(api, namespace, config.peering)
         except ApiException as exc:
             raise SettingsError(
-                f"cannot watch McpTasks/McpTools or manage Secrets in namespace {namespace!r}: "
-                f"{exc.status} {exc.reason} (CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
+                f"cannot watch McpTasks/McpTools or manage Secrets in namespace {namespace!r}: {api_error(exc)} "
+                "(does the namespace exist? CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
             ) from exc
         executions = TaskExecutions(key, store, catalog)
         reconciler = Reconciler(api, store, catalog, artifacts, executions, config, utc_now)
@@ -100,12 +100,14 @@ async def operator(settings: Settings) -> None:
         await web.TCPSite(web_runner, config.worker_host, config.worker_port).start()
         print(
             f"mcp-tasks operator: namespace {namespace}, worker API on {config.worker_host}:{config.worker_port} "
-            f"(pods use {config.worker_url})",
+            f"(pods use {config.pod_worker_url})",
             flush=True,
         )
         sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
         connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
         registry = build_registry(reconciler, connection, config.peering)
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # "Handler ... succeeded" per event
         await kopf.operator(
             registry=registry,
             namespaces=[namespace],

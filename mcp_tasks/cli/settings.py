@@ -172,6 +172,13 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
         raise SettingsError("--tools / MCPTASKS_TOOLS: give at least one folder of McpTool manifests")
     if settings.kubernetes.runner not in ("none", "local"):
         raise SettingsError(f"--runner / MCPTASKS_RUNNER must be none or local, got {settings.kubernetes.runner!r}")
+    worker_url = settings.operator.worker_url
+    if worker_url is not None and not worker_url.startswith(("http://", "https://")):
+        raise SettingsError(f"--worker-url / MCPTASKS_WORKER_URL must be an http(s) URL, got {worker_url!r}")
+    if not 0 < settings.operator.worker_port <= 65535:
+        raise SettingsError(
+            f"--worker-port / MCPTASKS_WORKER_PORT must be 1-65535, got {settings.operator.worker_port}"
+        )
     if settings.kubernetes.kubeconfig is not None and not settings.kubernetes.kubeconfig.is_file():
         raise SettingsError(f"--kubeconfig / MCPTASKS_KUBECONFIG: {settings.kubernetes.kubeconfig} is not a file")
     if settings.runner.inline_result_max_bytes <= 0 or settings.runner.max_concurrent_tasks <= 0:

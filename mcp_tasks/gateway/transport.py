@@ -29,7 +29,13 @@ from mcp_tasks.protocol.jsonrpc import (
     peek_request_id,
     result_response,
 )
-from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import (
+    InvalidInputResponse,
+    StoreUnavailable,
+    TaskNotFound,
+    UnstorableValue,
+    VersionConflict,
+)
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
@@ -91,6 +97,9 @@ def map_exception(exc: Exception) -> ProtocolError:
         return InvalidParams(f"Invalid params: {exc}")
     if isinstance(exc, VersionConflict):
         return InternalError("The task is being changed concurrently; retry the request")
+    if isinstance(exc, StoreUnavailable):
+        logger.warning("task store unavailable: %s", exc)
+        return InternalError("The task store is unavailable; retry the request")
     logger.exception("unexpected error while handling a request", exc_info=exc)
     return InternalError("Internal error")
 

@@ -92,7 +92,7 @@ def build_job(task: JsonObject, tool: ToolSpec, settings: OperatorSettings) -> J
     name = object_name(task_id)
     execution = tool.execution
     env: list[dict[str, Any]] = [
-        {"name": contract.ENV_WORKER_URL, "value": f"{settings.worker_url.rstrip('/')}/v1/executions/{task_id}"},
+        {"name": contract.ENV_WORKER_URL, "value": f"{settings.pod_worker_url.rstrip('/')}/v1/executions/{task_id}"},
         {"name": contract.ENV_WORKER_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_KEY}}},
         {"name": contract.ENV_TASK_ID, "value": task_id},
         *({"name": var.name, "value": var.value} for var in container_spec.env),

@@ -45,7 +45,18 @@ Change = Callable[[TaskRecord, datetime], TaskRecord]
 TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
 
 
+MESSAGE_LIMIT = 1000
+"""Longest `statusMessage` the operator writes, in characters."""
+
+
+def _tail(text: str, limit: int = 700) -> str:
+    """The end of a termination message (where a traceback's error line is), marked when cut."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
 def _failing(message: str) -> Change:
+    message = message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
     error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
     return lambda record, now: transitions.fail(record, error, message, now)
 
@@ -164,7 +175,12 @@ class Reconciler:
             if exc.status != 404:
                 raise
         if not any(observe.is_running(pod) for pod in await self._pods(record.task_id)):
-            await self._change(record.task_id, transitions.cancel, "cancelled")
+            why = (
+                "Cancelled at the client's request"
+                if record.cancel_requested_by
+                else "Cancelled by an administrator (spec.cancelRequested set on the McpTask)"
+            )
+            await self._change(record.task_id, lambda r, now: transitions.cancel(r, now, why), "cancelled")
 
     async def _pods(self, task_id: str) -> list[JsonObject]:
         listing: Any = await self.core.list_namespaced_pod(
@@ -195,7 +211,7 @@ class Reconciler:
         pods = await self._pods(task_id)
         ended = [t for t in (observe.termination(p) for p in pods) if t is not None]
         last = ended[-1] if ended else None
-        detail = f": {last.message}" if last and last.message else ""
+        detail = f": {_tail(last.message)}" if last and last.message else ""
         if outcome.kind == "succeeded":
             text = f"Tool {record.tool!r} exited without posting a result{detail}"
             result = error_result(text)
@@ -211,7 +227,7 @@ class Reconciler:
             message = f"Tool {record.tool!r} failed{code} ({runs} run{'s' if runs > 1 else ''}){detail}"
         else:
             message = f"Tool {record.tool!r}: Job failed ({outcome.reason}: {outcome.message}){detail}"
-        await self._change(task_id, _failing(message[:1000]), f"failed: {outcome.reason}")
+        await self._change(task_id, _failing(message), f"failed: {outcome.reason}")
 
     async def pod_event(self, event: str, pod: JsonObject) -> None:
         """A pod of ours changed: settle a cancellation, or give up on a pod that cannot start."""
@@ -235,7 +251,7 @@ class Reconciler:
         if waited < self.settings.start_deadline_s:
             return
         message = f"The tool's pod could not start within {self.settings.start_deadline_s:g}s ({problem})"
-        if await self._change(record.task_id, _failing(message[:1000]), "failed: pod did not start"):
+        if await self._change(record.task_id, _failing(message), "failed: pod did not start"):
             try:
                 await self.batch.delete_namespaced_job(
                     object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
@@ -262,21 +278,28 @@ class Reconciler:
         for pod in pods:
             pods_by_task.setdefault((pod["metadata"].get("labels") or {}).get(TASK_ID_LABEL, ""), []).append(pod)
         for record in running:
-            await self._keep_alive(record, now)
-            if record.cancel_requested_at is not None:
-                await self.cancel(record)
-                continue
-            job = jobs_by_task.get(record.task_id)
-            if job is None:
-                self._with_job.discard(record.task_id)
-            if job is not None:
-                await self.job_event(job)
-                for pod in pods_by_task.get(record.task_id, []):
-                    await self._check_start(record, pod)
-            elif (now - record.created_at).total_seconds() > self.settings.sweep_interval_s:
-                task = await self.store.raw(record.task_id)
-                if task is not None:
-                    await self.ensure_job(task, record)
+            try:
+                await self._sweep_task(record, now, jobs_by_task.get(record.task_id), pods_by_task)
+            except Exception:  # one broken task must not stop the sweep of the others
+                logger.exception("task %s: sweep failed; will retry", record.task_id)
+
+    async def _sweep_task(
+        self, record: TaskRecord, now: datetime, job: JsonObject | None, pods_by_task: dict[str, list[JsonObject]]
+    ) -> None:
+        await self._keep_alive(record, now)
+        if record.cancel_requested_at is not None:
+            await self.cancel(record)
+            return
+        if job is not None:
+            await self.job_event(job)
+            for pod in pods_by_task.get(record.task_id, []):
+                await self._check_start(record, pod)
+            return
+        self._with_job.discard(record.task_id)
+        if (now - record.created_at).total_seconds() > self.settings.sweep_interval_s:
+            task = await self.store.raw(record.task_id)
+            if task is not None:
+                await self.ensure_job(task, record)
 
     async def _keep_alive(self, record: TaskRecord, now: datetime) -> None:
         """Keep a running task's `ttlMs` the tool's retention ahead (SEP-2663: ttlMs may change)."""

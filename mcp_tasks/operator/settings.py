@@ -11,7 +11,8 @@ class OperatorSettings:
 
     Attributes:
         worker_url: base URL at which pods reach the operator's worker API, e.g.
-            `http://mcptasks-operator.mcp-tasks.svc:8081` (the Service in front of the operator).
+            `http://mcptasks-operator.mcp-tasks.svc:8081` (the Service in front of the operator);
+            `None` means `http://127.0.0.1:<worker_port>` (pods on this machine only: the test process node).
         worker_host: address the worker API binds (default all interfaces).
         worker_port: port of the worker API (default 8081).
         start_deadline_s: a pod that has not started this long after its Job was created (image cannot
@@ -28,7 +29,7 @@ class OperatorSettings:
         peering: kopf peering object name; replicas with the same name coordinate (one active).
     """
 
-    worker_url: str = "http://127.0.0.1:8081"
+    worker_url: str | None = None
     worker_host: str = "0.0.0.0"  # pods reach it through the cluster network
     worker_port: int = 8081
     start_deadline_s: float = 300.0
@@ -39,3 +40,8 @@ class OperatorSettings:
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024
     peering: str = "mcp-tasks"
+
+    @property
+    def pod_worker_url(self) -> str:
+        """The worker API's base URL as pods see it."""
+        return self.worker_url or f"http://127.0.0.1:{self.worker_port}"

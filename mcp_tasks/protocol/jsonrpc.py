@@ -34,14 +34,26 @@ class Message:
         return self.request_id is None
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} overflows a 64-bit float")
+    return value
+
+
 def decode_body(body: bytes) -> Any:
     """Decode a POST body as JSON.
 
     Raises:
-        ParseError: the body is not UTF-8 JSON, is nested too deeply, or escapes a lone surrogate (-32700).
+        ParseError: the body is not UTF-8 JSON (RFC 8259: no `NaN`/`Infinity`, no number that overflows a
+            64-bit float), is nested too deeply, or escapes a lone surrogate (-32700).
     """
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParseError("Parse error: the request body is not valid JSON") from exc
     except RecursionError as exc:

@@ -41,3 +41,7 @@ class InvalidToolManifest(TaskError):
 
 class UnstorableValue(TaskError):
     """A JSON value cannot be stored exactly by this store (e.g. an integer beyond 64 bits in Kubernetes)."""
+
+
+class StoreUnavailable(TaskError):
+    """The task store did not answer in time or failed transiently; the request may be retried."""

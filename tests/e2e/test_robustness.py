@@ -69,6 +69,21 @@ async def test_a_lone_surrogate_is_a_parse_error_not_a_crash(mcp: McpHttp) -> No
     assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR)
 
 
+async def test_non_finite_numbers_are_not_json(mcp: McpHttp) -> None:
+    """RFC 8259 has no NaN/Infinity, and 1e400 overflows every 64-bit float: a parse error, not a silent inf."""
+    headers = {**HEADERS, constants.HEADER_METHOD: "tools/call", constants.HEADER_NAME: "sleeper"}
+    for number in ("NaN", "Infinity", "-Infinity", "1e400"):
+        body = (
+            '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleeper","arguments":{"seconds":'
+            + number
+            + "},"
+            + json.dumps({"_meta": mcp.envelope({})})[1:-1]
+            + "}}"
+        )
+        reply = await mcp.post(body, headers)
+        assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR), number
+
+
 async def test_a_malformed_answer_is_refused_and_the_request_stays_pending(mcp: McpHttp) -> None:
     task_id = await mcp.start_task("confirm_delete", {"filename": "f"})
     await mcp.wait_status(task_id, "input_required")

@@ -37,6 +37,7 @@ class KubernetesToolCatalog:
         self._objects: dict[str, JsonObject] = {}
         self._tools: dict[str, ToolSpec] = {}
         self._sorted: list[ToolSpec] = []
+        self._reported: set[str] = set()  # problems already logged (a relist must not repeat them)
         self.reflector = Reflector(
             api_client,
             group=GROUP,
@@ -80,6 +81,11 @@ class KubernetesToolCatalog:
             self._objects[name] = obj
         self._rebuild()
 
+    def _report(self, problem: str) -> None:
+        if problem not in self._reported:
+            self._reported.add(problem)
+            logger.warning("%s", problem)
+
     def _rebuild(self) -> None:
         tools: dict[str, ToolSpec] = {}
         oldest_first = sorted(
@@ -91,12 +97,10 @@ class KubernetesToolCatalog:
             try:
                 spec = parse_manifest(_manifest(obj), source=source)
             except InvalidToolManifest as exc:
-                logger.warning("skipping %s", exc)
+                self._report(f"skipping {exc}")
                 continue
             if spec.name in tools:
-                logger.warning(
-                    "skipping %s: tool %r is already declared by %s", source, spec.name, tools[spec.name].source
-                )
+                self._report(f"skipping {source}: tool {spec.name!r} is already declared by {tools[spec.name].source}")
                 continue
             tools[spec.name] = spec
         self._tools = tools

@@ -204,6 +204,8 @@ def mcptool_crd() -> JsonObject:
     spec = structural_schema(ToolManifestSpec)
     spec["description"] = "The MCP Tool fields plus how to run it (docs/tool-runtime.md)."
     _at(spec, "execution")["default"] = {}
+    container = _at(spec, "container")
+    container["required"] = sorted({*container.get("required", []), "image"})  # a Job needs an image
     # MCP 2026-07-28 Tool: inputSchema is a JSON Schema object with "type": "object" at its root.
     _at(spec, "inputSchema").update(
         {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}

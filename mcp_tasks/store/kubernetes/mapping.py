@@ -141,7 +141,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         issued_input_keys=tuple(status.issued_input_keys),
         input_responses=unconsumed,
         pre_input_responses=spec.pre_input_responses,
-        cancel_requested_at=_opt_time(spec.cancel_requested_at) if spec.cancel_requested else None,
+        cancel_requested_at=(_opt_time(spec.cancel_requested_at) or created_at) if spec.cancel_requested else None,
         cancel_requested_by=spec.cancel_requested_by,
         result=status.result,
         error=status.error,
@@ -193,17 +193,19 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
             raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
 
     answers = {**spec.input_responses, **record.input_responses}
-    new_spec = spec.model_copy(
-        update={
-            "input_responses": answers,
-            "last_answered_at": iso_ms(record.last_updated_at)
-            if answers != spec.input_responses
-            else spec.last_answered_at,
-            "cancel_requested": record.cancel_requested_at is not None,
-            "cancel_requested_at": _opt_iso(record.cancel_requested_at),
-            "cancel_requested_by": record.cancel_requested_by,
-        }
-    )
+    update: dict[str, object] = {
+        "input_responses": answers,
+        "last_answered_at": iso_ms(record.last_updated_at)
+        if answers != spec.input_responses
+        else spec.last_answered_at,
+    }
+    if not spec.cancel_requested:  # a cancel request is one-way; one set by hand (kubectl) has no time or author
+        update.update(
+            cancel_requested=record.cancel_requested_at is not None,
+            cancel_requested_at=_opt_iso(record.cancel_requested_at),
+            cancel_requested_by=record.cancel_requested_by,
+        )
+    new_spec = spec.model_copy(update=update)
     spec_changed = new_spec != spec
     wanted = _comparable(record)
     name, version = record.task_id, record.version

@@ -18,11 +18,12 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+import aiohttp
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, V1DeleteOptions, V1Preconditions
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -31,7 +32,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import Reflector
-from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -72,7 +73,9 @@ class KubernetesTaskStore:
         namespace: where McpTasks live (the gateway's namespace).
         clock: UTC clock (tests inject one).
         watch_timeout_s: server-side timeout of one WATCH request in seconds; the watch then resumes.
-        max_object_bytes: largest McpTask this store writes; a larger record raises `ResultTooLarge`.
+        max_object_bytes: largest McpTask this store writes; a larger record raises `ResultTooLarge`
+            (for results) or `UnstorableValue` (for arguments and answers).
+        request_timeout_s: how long one API request may take, in seconds, before `StoreUnavailable`.
     """
 
     def __init__(
@@ -82,12 +85,14 @@ class KubernetesTaskStore:
         clock: Clock = utc_now,
         watch_timeout_s: int = 300,
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        request_timeout_s: float = 20.0,
     ) -> None:
         self.namespace = namespace
         self.clock = clock
         self._api = CustomObjectsApi(api_client)
         self._api_client = api_client
         self._max_object_bytes = max_object_bytes
+        self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
         self._task_changed: dict[str, asyncio.Event] = {}
         self._changed = asyncio.Event()
@@ -185,9 +190,11 @@ class KubernetesTaskStore:
             UnstorableValue: an argument or answer holds an integer beyond 64 bits.
         """
         body = mapping.new_object(record, self.namespace)
-        self._check_size(body, record.task_id)
+        self._check_size(body, record.task_id, "spec")
         try:
-            created = await self._api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, TASK_PLURAL, body)
+            created = await self._request(
+                self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, body
+            )
         except ApiException as exc:
             if exc.status == 409:
                 raise VersionConflict(f"task {record.task_id} already exists") from exc
@@ -220,7 +227,9 @@ class KubernetesTaskStore:
         if not _valid_name(task_id):
             return None
         try:
-            obj = await self._api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, TASK_PLURAL, task_id)
+            obj = await self._request(
+                self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, task_id
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -251,12 +260,14 @@ class KubernetesTaskStore:
         return self._decode(self._remember(obj, notify=True))
 
     async def _put(self, record: TaskRecord, body: JsonObject, *, status: bool) -> JsonObject:
-        self._check_size(body, record.task_id)
+        self._check_size(body, record.task_id, "status" if status else "spec")
         call = (
             self._api.replace_namespaced_custom_object_status if status else self._api.replace_namespaced_custom_object
         )
         try:
-            result: JsonObject = await call(GROUP, VERSION, self.namespace, TASK_PLURAL, record.task_id, body)
+            result: JsonObject = await self._request(
+                call, GROUP, VERSION, self.namespace, TASK_PLURAL, record.task_id, body
+            )
         except ApiException as exc:
             if exc.status == 409:
                 self.conflicts += 1
@@ -267,19 +278,47 @@ class KubernetesTaskStore:
             raise
         return result
 
-    def _check_size(self, body: JsonObject, task_id: str) -> None:
-        where = _inexact(body)
+    async def _request(self, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """One API request, bounded by `request_timeout_s`.
+
+        Raises:
+            StoreUnavailable: no answer in time, no connection, or a 429/5xx answer.
+            ApiException: any other error answer (the caller decides what 404/409 mean).
+        """
+        try:
+            return await call(*args, _request_timeout=self._request_timeout_s, **kwargs)
+        except ApiException as exc:
+            if exc.status == 429 or (exc.status or 0) >= 500:
+                raise StoreUnavailable(f"the Kubernetes API server answered {exc.status} {exc.reason}") from exc
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise StoreUnavailable(f"the Kubernetes API server did not answer ({type(exc).__name__})") from exc
+
+    def _check_size(self, body: JsonObject, task_id: str, part: str = "status") -> None:
+        """Refuse what the API server would change (integers beyond 64 bits) or etcd would reject (size).
+
+        Raises:
+            UnstorableValue: a 64-bit overflow anywhere, or client intent (`part="spec"`) that is too large.
+            ResultTooLarge: the executor's status (the result) is too large.
+        """
+        where = _inexact(body.get("spec", {}).get("arguments"), "arguments") or _inexact(body)
         if where is not None:
             raise UnstorableValue(
-                f"{where} is an integer outside the 64-bit range, which Kubernetes cannot store exactly; "
-                "send it as a string"
+                f"{where} is an integer outside the signed 64-bit range, which the Kubernetes store cannot keep "
+                "exactly; use a smaller number or a string"
             )
         size = len(_json_bytes(body))
-        if size > self._max_object_bytes:
-            raise ResultTooLarge(
-                f"task {task_id}: McpTask would be {size} bytes (limit {self._max_object_bytes}); "
-                "large results must be stored as artifacts"
+        if size <= self._max_object_bytes:
+            return
+        if part == "spec":
+            raise UnstorableValue(
+                f"the task's arguments and answers take {size} bytes; the Kubernetes store keeps at most "
+                f"{self._max_object_bytes} bytes per task: send less data, or a reference to it"
             )
+        raise ResultTooLarge(
+            f"task {task_id}: McpTask would be {size} bytes (limit {self._max_object_bytes}); "
+            "large results must be stored as artifacts"
+        )
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks with no live lease, oldest first (from the cache)."""
@@ -299,7 +338,8 @@ class KubernetesTaskStore:
         deleted: list[str] = []
         for record in sorted((r for r in self._records() if r.is_expired(now)), key=lambda r: r.expires_at)[:limit]:
             try:
-                await self._api.delete_namespaced_custom_object(
+                await self._request(
+                    self._api.delete_namespaced_custom_object,
                     GROUP,
                     VERSION,
                     self.namespace,
