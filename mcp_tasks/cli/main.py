@@ -44,7 +44,10 @@ def _add_server_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--host", help="bind address (default 127.0.0.1; non-loopback needs --tokens) [MCPTASKS_HOST]")
     command.add_argument("--port", type=int, help="TCP port (default 8000) [MCPTASKS_PORT]")
     command.add_argument(
-        "--data-dir", type=Path, help="database, artifacts and keys (default .data) [MCPTASKS_DATA_DIR]"
+        "--data-dir",
+        type=Path,
+        help="serve: database, artifacts, requestState key; gateway: artifacts and requestState key, a volume "
+        "shared with the operator and the other replicas (default .data) [MCPTASKS_DATA_DIR]",
     )
     command.add_argument("--tokens", type=Path, metavar="FILE", help="YAML bearer-token file [MCPTASKS_TOKENS]")
     command.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
@@ -96,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.add_argument(
         "--worker-url",
-        help="URL at which tool pods reach this operator's worker API, e.g. "
+        help="URL at which tool pods reach this operator's worker API (default http://127.0.0.1:<worker-port>), e.g. "
         "http://mcptasks-operator.mcp-tasks.svc:8081 [MCPTASKS_WORKER_URL]",
     )
     operator.add_argument("--worker-port", type=int, help="worker API port (default 8081) [MCPTASKS_WORKER_PORT]")

@@ -55,12 +55,15 @@ def owner_reference(task: JsonObject) -> JsonObject:
 def labels(task: JsonObject, tool: str) -> dict[str, str]:
     """Labels linking a child object to its task and tool."""
     task_labels = task["metadata"].get("labels") or {}
-    return {
+    child = {
         "app.kubernetes.io/managed-by": "mcp-tasks",
         COMPONENT_LABEL: "tool-run",
         TASK_ID_LABEL: task["metadata"]["name"],
         "mcptasks.io/tool": task_labels.get("mcptasks.io/tool", tool[:63]),
     }
+    if "mcptasks.io/tenant" in task_labels:
+        child["mcptasks.io/tenant"] = task_labels["mcptasks.io/tenant"]
+    return child
 
 
 def build_secret(task: JsonObject, token: str, tool: str) -> JsonObject:
