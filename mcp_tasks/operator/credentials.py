@@ -92,7 +92,7 @@ class TaskExecutions:
             tool=self.catalog.get_tool(record.tool),
             arguments=record.arguments,
             task_id=record.task_id,
-            attempt=max(record.attempt, 1),
+            attempt=max(record.attempt, 1),  # counted by the operator when it creates a Job
             pre_input_responses=dict(record.pre_input_responses),
             execution_id=execution_id,
             token=token,

@@ -45,6 +45,11 @@ Change = Callable[[TaskRecord, datetime], TaskRecord]
 TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
 
 
+JOB_LOST = (
+    "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
+    "so the outcome is unknown; check the tool's side effects before calling it again"
+)
+
 MESSAGE_LIMIT = 1000
 """Longest `statusMessage` the operator writes, in characters."""
 
@@ -162,6 +167,7 @@ class Reconciler:
             self._with_job.add(record.task_id)
             return
         self._with_job.add(record.task_id)
+        await self._change(record.task_id, lambda r, now: transitions.start_attempt(r), "run started")
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
 
     async def cancel(self, record: TaskRecord) -> None:
@@ -296,10 +302,18 @@ class Reconciler:
                 await self._check_start(record, pod)
             return
         self._with_job.discard(record.task_id)
-        if (now - record.created_at).total_seconds() > self.settings.sweep_interval_s:
-            task = await self.store.raw(record.task_id)
-            if task is not None:
-                await self.ensure_job(task, record)
+        if (now - record.created_at).total_seconds() <= self.settings.sweep_interval_s:
+            return  # its Job may simply not be listed yet
+        if record.attempt > 0:  # it had a Job, which is gone before the task finished
+            tool = self.catalog.get_tool(record.tool)
+            if tool is None or not tool.execution.idempotent:
+                await self._change(record.task_id, _failing(JOB_LOST), "failed: Job lost, outcome unknown")
+                return
+            await self._change(record.task_id, transitions.reset_for_rerun, "Job lost; re-running (idempotent)")
+            record = await self.store.get(record.task_id)
+        task = await self.store.raw(record.task_id)
+        if task is not None:
+            await self.ensure_job(task, record)
 
     async def _keep_alive(self, record: TaskRecord, now: datetime) -> None:
         """Keep a running task's `ttlMs` the tool's retention ahead (SEP-2663: ttlMs may change)."""

@@ -97,6 +97,17 @@ def renew(record: TaskRecord, holder: str, now: datetime, lease_duration: timede
     )
 
 
+def start_attempt(record: TaskRecord) -> TaskRecord:
+    """Count a new run of the task (an executor without leases started one, e.g. created its Job).
+
+    Raises:
+        IllegalTransition: the task already finished.
+    """
+    if record.status.is_terminal:
+        raise IllegalTransition(f"task {record.task_id} is {record.status}; there is nothing to run")
+    return dataclasses.replace(record, attempt=record.attempt + 1)
+
+
 def renew_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> TaskRecord:
     """Keep a running task's `ttlMs` at least `retention_ms` ahead of now (executors without leases).
 

@@ -278,3 +278,26 @@ async def test_two_operator_replicas_run_each_task_once(
         assert len(jobs_of(control_plane, namespace, task_id)) == 1
     peering = kube_json(control_plane, namespace, "kopfpeering", "mcp-tasks")
     assert len(peering.get("status") or {}) == 2, "both replicas are registered in the peering object"
+
+
+async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_others(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """Never a task left `working` forever, and never a second run of a tool that is not idempotent."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    once = await mcp.start_task("sleeper", {"seconds": 60})
+    again = await mcp.start_task("sleeper_idempotent", {"seconds": 2})
+    for task_id in (once, again):
+        await until(lambda t=task_id: bool(jobs_of(control_plane, namespace, t)))
+        control_plane.kubectl("delete", "job", f"mcptask-{task_id}", "-n", namespace, "--cascade=background")
+    lost = await mcp.wait_status(once, "failed", "completed", "cancelled", timeout_s=WAIT_S)
+    assert lost["status"] == "failed" and "outcome is unknown" in lost["statusMessage"], lost
+    rerun = await mcp.wait_status(again, "failed", "completed", "cancelled", timeout_s=WAIT_S)
+    assert rerun["status"] == "completed", rerun
+    stored = get_object(control_plane, namespace, again)
+    assert stored is not None and stored["status"]["attempt"] == 2

@@ -87,6 +87,8 @@ def test_every_transition_of_a_task_life_is_one_write_to_the_right_subresource()
     obj = _fresh()
     later = NOW + timedelta(seconds=1)
     obj, _ = _step(obj, lambda r: transitions.claim(r, "w1", later, LEASE, 60_000), "status")
+    obj, view = _step(obj, transitions.start_attempt, "status")
+    assert view.attempt == 2
     obj, _ = _step(obj, lambda r: transitions.set_status_message(r, "halfway", later), "status")
     obj, view = _step(
         obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT), ("r", ELICIT)], later)[0], "status"
