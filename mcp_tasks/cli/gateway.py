@@ -13,12 +13,13 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from kubernetes_asyncio import config
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcp_tasks import __version__
@@ -96,6 +97,29 @@ def api_error(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
 
 
+async def operator_is_running(api_client: ApiClient, namespace: str, peering: str = "mcp-tasks") -> bool:
+    """Tell whether an operator announced itself in the namespace's KopfPeering object within its lifetime.
+
+    Best effort: no permission or no peering object means "no operator seen".
+    """
+    try:
+        obj: Any = await CustomObjectsApi(api_client).get_namespaced_custom_object(
+            "kopf.dev", "v1", namespace, "kopfpeerings", peering
+        )
+    except ApiException:
+        return False
+    now = datetime.now(UTC)
+    for peer in (obj.get("status") or {}).values():
+        if not isinstance(peer, dict) or "lastseen" not in peer:
+            continue
+        seen = datetime.fromisoformat(str(peer["lastseen"]).replace("Z", "+00:00"))
+        if seen.tzinfo is None:
+            seen = seen.replace(tzinfo=UTC)
+        if now - seen < timedelta(seconds=int(peer.get("lifetime", 60)) + 30):
+            return True
+    return False
+
+
 async def build_gateway_app(settings: Settings) -> web.Application:
     """Connect to the cluster and create the gateway application (the watches start with the app).
 
@@ -130,6 +154,14 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                 "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
             ) from exc
         if runner is not None:
+            if await operator_is_running(cluster.api_client, cluster.namespace):
+                await catalog.aclose()
+                await store.aclose()
+                await close_api_client(cluster.api_client)
+                raise SettingsError(
+                    f"an operator serves namespace {cluster.namespace!r}: --runner local would run its tasks a "
+                    "second time; use --runner none (the default) or another namespace"
+                )
             await runner.start()
         logger.info("watching McpTasks and McpTools in namespace %s", cluster.namespace)
         try:

@@ -18,6 +18,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp_types import ElicitRequestParams, ElicitResult
 
+from mcp_tasks.cli.settings import SettingsError
 from mcp_tasks.client import TasksClientExtension
 from mcp_tasks.protocol.models import GetTaskResult
 from tests.controlplane.cluster import ControlPlane, free_port
@@ -301,3 +302,16 @@ async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_other
     assert rerun["status"] == "completed", rerun
     stored = get_object(control_plane, namespace, again)
     assert stored is not None and stored["status"]["attempt"] == 2
+
+
+async def test_a_local_runner_refuses_a_namespace_an_operator_serves(gateways: Gateways, operators: Operators) -> None:
+    """`--runner local` next to an operator would run every task twice: the gateway refuses to start."""
+    operators.start()
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            try:
+                await gateways.start(runner="local")
+            except SettingsError as exc:
+                assert "an operator serves namespace" in str(exc)
+                return
+            await asyncio.sleep(0.5)  # kopf announces itself in the peering object shortly after start
