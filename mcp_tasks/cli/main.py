@@ -50,8 +50,25 @@ def _add_server_flags(command: argparse.ArgumentParser) -> None:
         "shared with the operator and the other replicas (default .data) [MCPTASKS_DATA_DIR]",
     )
     command.add_argument("--tokens", type=Path, metavar="FILE", help="YAML bearer-token file [MCPTASKS_TOKENS]")
+    _add_log_flags(command)
+
+
+def _add_log_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
     command.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+
+
+def _add_cluster_flags(command: argparse.ArgumentParser, objects: str) -> None:
+    command.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config) [MCPTASKS_KUBECONFIG]",
+    )
+    command.add_argument("--context", help="kubeconfig context (default: current) [MCPTASKS_KUBE_CONTEXT]")
+    command.add_argument(
+        "--namespace", help=f"namespace of {objects} (default: the pod's or the context's) [MCPTASKS_NAMESPACE]"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,34 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     gateway = commands.add_parser("gateway", help="run the gateway on Kubernetes: McpTask store + McpTool catalog")
     _add_server_flags(gateway)
-    gateway.add_argument(
-        "--kubeconfig",
-        type=Path,
-        metavar="FILE",
-        help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config) [MCPTASKS_KUBECONFIG]",
-    )
-    gateway.add_argument("--context", help="kubeconfig context (default: current) [MCPTASKS_KUBE_CONTEXT]")
-    gateway.add_argument(
-        "--namespace",
-        help="namespace of McpTasks and McpTools (default: the pod's or the context's) [MCPTASKS_NAMESPACE]",
-    )
+    _add_cluster_flags(gateway, "McpTasks and McpTools")
     gateway.add_argument(
         "--runner",
         choices=["none", "local"],
         help="who runs tasks: none = the operator (default), local = this process, for development [MCPTASKS_RUNNER]",
     )
     operator = commands.add_parser("operator", help="run McpTasks as Kubernetes Jobs (kopf)")
-    operator.add_argument(
-        "--kubeconfig",
-        type=Path,
-        metavar="FILE",
-        help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config) [MCPTASKS_KUBECONFIG]",
-    )
-    operator.add_argument("--context", help="kubeconfig context (default: current) [MCPTASKS_KUBE_CONTEXT]")
-    operator.add_argument(
-        "--namespace",
-        help="namespace of McpTasks, McpTools and Jobs (default: the pod's or the context's) [MCPTASKS_NAMESPACE]",
-    )
+    _add_cluster_flags(operator, "McpTasks, McpTools and Jobs")
     operator.add_argument(
         "--worker-url",
         help="URL at which tool pods reach this operator's worker API (default http://127.0.0.1:<worker-port>), e.g. "
@@ -114,8 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="artifacts of large results (a volume the gateways share; default .data) [MCPTASKS_DATA_DIR]",
     )
-    operator.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
-    operator.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+    _add_log_flags(operator)
     crds = commands.add_parser("crds", help="print the CustomResourceDefinitions (pipe to kubectl apply -f -)")
     crds.add_argument("--write", type=Path, metavar="DIR", help="write them as files into DIR instead")
     crds.add_argument("--check", type=Path, metavar="DIR", help="exit 1 if the files in DIR differ from the code")

@@ -111,11 +111,13 @@ class Reconciler:
         logger.info("task %s: %s", task_id, why)
         return True
 
-    async def _record(self, task_id: str) -> TaskRecord | None:
+    async def _unfinished(self, task_id: str) -> TaskRecord | None:
+        """The task if it exists and has not finished (nothing to do for the others)."""
         try:
-            return await self.store.get(task_id)
+            record = await self.store.get(task_id)
         except TaskNotFound:
             return None
+        return None if record.status.is_terminal else record
 
     # ------------------------------------------------------------------ McpTask
 
@@ -128,8 +130,8 @@ class Reconciler:
             return
         if task["metadata"].get("deletionTimestamp"):
             return
-        record = await self._record(task_id)
-        if record is None or record.status.is_terminal:
+        record = await self._unfinished(task_id)
+        if record is None:
             return
         if record.cancel_requested_at is not None:
             await self.cancel(record)
@@ -208,8 +210,8 @@ class Reconciler:
         outcome = observe.job_outcome(job)
         if task_id is None or outcome is None:
             return
-        record = await self._record(task_id)
-        if record is None or record.status.is_terminal:
+        record = await self._unfinished(task_id)
+        if record is None:
             return
         if record.cancel_requested_at is not None:
             await self.cancel(record)
@@ -240,8 +242,8 @@ class Reconciler:
         task_id = (pod["metadata"].get("labels") or {}).get(TASK_ID_LABEL)
         if task_id is None:
             return
-        record = await self._record(task_id)
-        if record is None or record.status.is_terminal:
+        record = await self._unfinished(task_id)
+        if record is None:
             return
         if record.cancel_requested_at is not None:
             if event == "DELETED" or not observe.is_running(pod):

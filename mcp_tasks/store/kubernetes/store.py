@@ -14,7 +14,6 @@ API errors become domain errors here; anything else propagates as `kubernetes_as
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -29,6 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import Reflector
@@ -94,9 +94,7 @@ class KubernetesTaskStore:
         self._max_object_bytes = max_object_bytes
         self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
-        self._task_changed: dict[str, asyncio.Event] = {}
-        self._changed = asyncio.Event()
-        self._created = asyncio.Event()
+        self._feed = ChangeFeed()
         self.conflicts = 0
         """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self.reflector = Reflector(
@@ -154,15 +152,9 @@ class KubernetesTaskStore:
         return entry
 
     def _notify(self, names: Sequence[str], created: bool = False) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._feed.changed(names)
         if created:
-            self._created.set()
-            self._created = asyncio.Event()
-        for name in names:
-            event = self._task_changed.pop(name, None)
-            if event is not None:
-                event.set()
+            self._feed.created()
 
     def _decode(self, entry: _Entry) -> TaskRecord:
         """The record of a cached object, decoded once per resourceVersion.
@@ -361,12 +353,11 @@ class KubernetesTaskStore:
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
         """Wait for a watch event on `task_id` (or any McpTask), or `timeout_s` seconds."""
-        event = self._changed if task_id is None else self._task_changed.setdefault(task_id, asyncio.Event())
-        await _wait(event, timeout_s)
+        await self._feed.wait_for_change(timeout_s, task_id)
 
     async def wait_for_new_tasks(self, timeout_s: float) -> None:
         """Wait for an McpTask to be added, or `timeout_s` seconds."""
-        await _wait(self._created, timeout_s)
+        await self._feed.wait_for_new_tasks(timeout_s)
 
     def _records(self) -> list[TaskRecord]:
         """Every well-formed cached record."""
@@ -420,11 +411,3 @@ def _inexact(value: Any, path: str = "") -> str | None:
 
 def _json_bytes(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            await event.wait()
-    except TimeoutError:
-        return

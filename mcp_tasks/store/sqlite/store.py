@@ -11,7 +11,6 @@ cursors on the shared read connection would keep its WAL snapshot alive and hide
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -25,6 +24,7 @@ import aiosqlite
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId
@@ -119,9 +119,7 @@ class SqliteTaskStore:
         self.max_row_bytes = max_row_bytes
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._changed = asyncio.Event()
-        self._task_changed: dict[str, asyncio.Event] = {}
-        self._created = asyncio.Event()
+        self._feed = ChangeFeed()
 
     async def __aenter__(self) -> SqliteTaskStore:
         await self.open()
@@ -210,15 +208,6 @@ class SqliteTaskStore:
             body,
         )
 
-    def _notify(self, task_ids: Sequence[str]) -> None:
-        """Wake waiters on these tasks and on any change (waiters on other tasks stay asleep)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-        for task_id in task_ids:
-            event = self._task_changed.pop(task_id, None)
-            if event is not None:
-                event.set()
-
     async def create(self, record: TaskRecord) -> TaskRecord:
         """Insert and commit (fsync) a new record; return it at version 1."""
         values = self._row_values(record, 1)
@@ -226,9 +215,8 @@ class SqliteTaskStore:
             await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
         except sqlite3.IntegrityError as exc:
             raise VersionConflict(f"task {record.task_id} already exists") from exc
-        self._notify((record.task_id,))
-        self._created.set()
-        self._created = asyncio.Event()
+        self._feed.changed((record.task_id,))
+        self._feed.created()
         return _replace_version(record, 1)
 
     async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
@@ -257,7 +245,7 @@ class SqliteTaskStore:
             if not exists:
                 raise TaskNotFound(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
-        self._notify((record.task_id,))
+        self._feed.changed((record.task_id,))
         return _replace_version(record, stored + 1)
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
@@ -278,7 +266,7 @@ class SqliteTaskStore:
         )
         deleted = [str(row[0]) for row in rows]
         if deleted:
-            self._notify(deleted)
+            self._feed.changed(deleted)
         return deleted
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
@@ -286,25 +274,16 @@ class SqliteTaskStore:
 
         The bounded wait is how other processes' writes are noticed.
         """
-        event = self._changed if task_id is None else self._task_changed.setdefault(task_id, asyncio.Event())
-        await _wait(event, min(timeout_s, self.poll_interval_s))
+        await self._feed.wait_for_change(min(timeout_s, self.poll_interval_s), task_id)
 
     async def wait_for_new_tasks(self, timeout_s: float) -> None:
         """Wait for a task created by this process, or `timeout_s` seconds (other processes' are found by polling)."""
-        await _wait(self._created, timeout_s)
+        await self._feed.wait_for_new_tasks(timeout_s)
 
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
         rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
         return int(rows[0][0]) if rows else 0
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            await event.wait()
-    except TimeoutError:
-        return
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
