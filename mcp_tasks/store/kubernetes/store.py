@@ -293,8 +293,9 @@ class KubernetesTaskStore:
             UnstorableValue: a 64-bit overflow anywhere, or client intent (`part="spec"`) that is too large.
             ResultTooLarge: the executor's status (the result) is too large.
         """
-        where = _inexact(body.get("spec", {}).get("arguments"), "arguments") or _inexact(body)
+        where = _inexact(body)
         if where is not None:
+            where = where.removeprefix("/spec/").removeprefix("/status/")  # name the field as the client knows it
             raise UnstorableValue(
                 f"{where} is an integer outside the signed 64-bit range, which the Kubernetes store cannot keep "
                 "exactly; use a smaller number or a string"
