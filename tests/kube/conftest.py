@@ -23,12 +23,17 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.cli.gateway import build_gateway_app
 from mcp_tasks.cli.serve import LINGERING_TIME_S
 from mcp_tasks.cli.settings import KubernetesSettings, ServeSettings, Settings, validate
+from mcp_tasks.client import TasksClientExtension
 from mcp_tasks.gateway.context import Services
 from mcp_tasks.gateway.transport import SERVICES_KEY
+from mcp_tasks.protocol.models import GetTaskResult
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.kubernetes.client import close_api_client
@@ -226,6 +231,32 @@ async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
 def client(session: aiohttp.ClientSession, gateway: Gateway, token: str | None = None) -> McpHttp:
     """A raw MCP client for `gateway`."""
     return McpHttp(session, gateway.url, token)
+
+
+async def sep_hello_world(url: str) -> str:
+    """SEP-2663 Example Message Flow with the official SDK: `hello_world`, answer "Luca", return the taskId.
+
+    Asserts the question, the `input_required` step with key `name`, and the final "Hello, Luca!".
+    """
+    seen: list[GetTaskResult] = []
+
+    async def record(task: GetTaskResult) -> None:
+        seen.append(task)
+
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert params.message == "Please enter your name."
+        return ElicitResult(action="accept", content={"input": "Luca"})
+
+    async with Client(
+        url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
+    ) as sdk:
+        result = await sdk.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    statuses = [task.status.value for task in seen]
+    assert "input_required" in statuses and statuses[-1] == "completed"
+    asked = next(task for task in seen if task.status.value == "input_required")
+    assert asked.input_requests is not None and list(asked.input_requests) == ["name"]
+    return seen[-1].task_id
 
 
 def get_object(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:

@@ -11,19 +11,15 @@ import aiohttp
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
-from mcp import Client
-from mcp.client.session import ClientRequestContext
-from mcp_types import ElicitRequestParams, ElicitResult
 
-from mcp_tasks.client import TasksClientExtension
-from mcp_tasks.protocol.models import GetTaskResult, TaskStatus
+from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.interfaces import transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.controlplane.cluster import ControlPlane
-from tests.kube.conftest import Gateways, client, get_object
+from tests.kube.conftest import Gateways, client, get_object, sep_hello_world
 
 NEW_TOOL = """\
 apiVersion: mcptasks.io/v1alpha1
@@ -143,22 +139,8 @@ async def test_the_sep_hello_world_flow_with_the_sdk_client_and_a_local_runner(
 ) -> None:
     """SEP-2663 Example Message Flow on the Kubernetes store (`--runner local` runs the tool on this machine)."""
     gateway = await gateways.start(runner="local")
-    seen: list[GetTaskResult] = []
-
-    async def record(task: GetTaskResult) -> None:
-        seen.append(task)
-
-    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        return ElicitResult(action="accept", content={"input": "Luca"})
-
-    async with Client(
-        gateway.url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
-    ) as sdk:
-        result = await sdk.call_tool("hello_world", {})
-    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
-    statuses = [task.status.value for task in seen]
-    assert "input_required" in statuses and statuses[-1] == "completed"
-    stored: Any = get_object(control_plane, namespace, seen[-1].task_id)
+    task_id = await sep_hello_world(gateway.url)
+    stored: Any = get_object(control_plane, namespace, task_id)
     assert stored["status"]["taskStatus"] == "completed"
     assert stored["spec"]["inputResponses"]["name"]["content"] == {"input": "Luca"}
     assert stored["status"]["issuedInputKeys"] == ["name"]

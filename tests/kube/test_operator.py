@@ -14,15 +14,10 @@ from typing import Any
 
 import aiohttp
 import yaml
-from mcp import Client
-from mcp.client.session import ClientRequestContext
-from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.cli.settings import SettingsError
-from mcp_tasks.client import TasksClientExtension
-from mcp_tasks.protocol.models import GetTaskResult
 from tests.controlplane.cluster import ControlPlane, free_port
-from tests.kube.conftest import Gateways, Operators, client, get_object
+from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
 
 WAIT_S = 30.0
 
@@ -48,23 +43,7 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
     """SEP-2663 Example Message Flow, verbatim, with the tool in a Job's pod talking to the operator."""
     operators.start()
     gateway = await gateways.start()
-    seen: list[GetTaskResult] = []
-
-    async def record(task: GetTaskResult) -> None:
-        seen.append(task)
-
-    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        assert params.message == "Please enter your name."
-        return ElicitResult(action="accept", content={"input": "Luca"})
-
-    async with Client(
-        gateway.url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
-    ) as sdk:
-        result = await sdk.call_tool("hello_world", {})
-    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
-    statuses = [task.status.value for task in seen]
-    assert "input_required" in statuses and statuses[-1] == "completed"
-    task_id = seen[-1].task_id
+    task_id = await sep_hello_world(gateway.url)
 
     (job,) = jobs_of(control_plane, namespace, task_id)
     task = get_object(control_plane, namespace, task_id)

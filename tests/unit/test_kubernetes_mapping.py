@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,6 +20,7 @@ from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
+from tests.unit.manifests import tool_spec
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = utc_now()
@@ -31,30 +31,11 @@ LEASE = timedelta(seconds=30)
 
 def _fresh() -> JsonObject:
     record = transitions.new_task(
-        mint_task_id(), Owner("acme", "alice"), _tool(), {"n": 1}, NOW, pre_input_responses={"p": ANSWER}
+        mint_task_id(), Owner("acme", "alice"), tool_spec(), {"n": 1}, NOW, pre_input_responses={"p": ANSWER}
     )
     obj = mapping.new_object(record, "ns")
     obj["metadata"]["resourceVersion"] = "1"
     return obj
-
-
-def _tool() -> Any:
-    from mcp_tasks.tasks.tools import parse_manifest
-
-    return parse_manifest(
-        {
-            "apiVersion": "mcptasks.io/v1alpha1",
-            "kind": "McpTool",
-            "metadata": {"name": "t"},
-            "spec": {
-                "name": "t",
-                "description": "d",
-                "inputSchema": {"type": "object"},
-                "container": {"command": ["x"]},
-            },
-        },
-        source="test",
-    )
 
 
 def _apply(obj: JsonObject, plan: mapping.WritePlan) -> JsonObject:

@@ -9,7 +9,8 @@ import pytest
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.jobs import build_job, build_secret, object_name, worker_token
 from mcp_tasks.operator.settings import OperatorSettings
-from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
+from mcp_tasks.tasks.tools import ToolSpec
+from tests.unit.manifests import tool_spec
 
 TASK: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -19,22 +20,8 @@ TASK: dict[str, Any] = {
 
 
 def tool(**execution: Any) -> ToolSpec:
-    container: dict[str, Any] = {"image": "example.org/t:1", "command": ["run"], "env": [{"name": "A", "value": "1"}]}
-    return parse_manifest(
-        {
-            "apiVersion": "mcptasks.io/v1alpha1",
-            "kind": "McpTool",
-            "metadata": {"name": "t"},
-            "spec": {
-                "name": "t",
-                "description": "d",
-                "inputSchema": {"type": "object"},
-                "container": container,
-                "execution": execution,
-            },
-        },
-        source="test",
-    )
+    container = {"image": "example.org/t:1", "command": ["run"], "env": [{"name": "A", "value": "1"}]}
+    return tool_spec(container, **execution)
 
 
 def test_a_job_runs_the_image_with_the_runtime_contract_and_least_privilege() -> None:
