@@ -7,7 +7,6 @@ COPY pyproject.toml README.md ./
 COPY mcp_tasks ./mcp_tasks
 RUN pip install --no-cache-dir . && rm -rf /root/.cache
 COPY examples ./examples
-COPY crds ./crds
 USER 65532:65532
 ENV PYTHONUNBUFFERED=1
 ENTRYPOINT ["mcptasks"]

@@ -173,7 +173,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
             await store.aclose()
             await close_api_client(cluster.api_client)
 
-    app = create_app(services, authenticator, lifecycle)
+    app = create_app(
+        services, authenticator, lifecycle, readiness=lambda: store.reflector.ready and catalog.reflector.ready
+    )
     app[NAMESPACE_KEY] = cluster.namespace
     return app
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mcp_tasks import __version__
-from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, validate
+from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, settings_table, validate
 from mcp_tasks.tasks.errors import InvalidToolManifest
 
 
@@ -112,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         help="artifacts of large results (a volume the gateways share; default .data) [MCPTASKS_DATA_DIR]",
     )
     _add_log_flags(operator)
+    commands.add_parser("settings", help="print every MCPTASKS_* environment variable as a Markdown table")
     crds = commands.add_parser("crds", help="print the CustomResourceDefinitions (pipe to kubectl apply -f -)")
     crds.add_argument("--write", type=Path, metavar="DIR", help="write them as files into DIR instead")
     crds.add_argument("--check", type=Path, metavar="DIR", help="exit 1 if the files in DIR differ from the code")
@@ -191,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "crds":
         return _crds(args)
+    if args.command == "settings":
+        print(settings_table(), end="")
+        return 0
     try:
         settings = load_settings(args, dict(os.environ))
     except SettingsError as exc:

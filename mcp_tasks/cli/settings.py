@@ -2,6 +2,10 @@
 
 Sources, later winning: defaults → environment (`MCPTASKS_*`) → command-line flags. Bad values fail
 at start-up naming the flag or variable. Below `cli` nothing reads the environment.
+
+The tree describes itself: each group is a dataclass whose docstring documents every field (meaning,
+unit, default, why), every field has an environment variable derived from its name (`setting_fields`),
+and `mcptasks settings` prints the table that docs/configuration.md holds (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Final
 
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
@@ -87,32 +92,107 @@ class Settings:
     operator: OperatorSettings = field(default_factory=OperatorSettings)
 
 
-_ENV_INT = {
-    "MCPTASKS_PORT": ("serve", "port"),
-    "MCPTASKS_MAX_CONCURRENT_TASKS": ("runner", "max_concurrent_tasks"),
-    "MCPTASKS_INLINE_RESULT_MAX_BYTES": ("runner", "inline_result_max_bytes"),
-    "MCPTASKS_MAX_BODY_BYTES": ("gateway", "max_body_bytes"),
-    "MCPTASKS_WORKER_PORT": ("operator", "worker_port"),
+# Environment variables are derived from the field names: `MCPTASKS_<FIELD>` (upper case), with these
+# exceptions kept for names that would be ambiguous or were published before the derivation.
+_ENV_NAMES: Final = {
+    ("serve", "tools_dirs"): "MCPTASKS_TOOLS",
+    ("serve", "tokens_file"): "MCPTASKS_TOKENS",
+    ("kubernetes", "context"): "MCPTASKS_KUBE_CONTEXT",
+    ("operator", "sweep_interval_s"): "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S",
+    ("operator", "service_account"): "MCPTASKS_TOOL_SERVICE_ACCOUNT",
 }
-_ENV_FLOAT = {
-    "MCPTASKS_LEASE_DURATION_S": ("runner", "lease_duration_s"),
-    "MCPTASKS_SWEEP_INTERVAL_S": ("runner", "sweep_interval_s"),
-    "MCPTASKS_START_DEADLINE_S": ("operator", "start_deadline_s"),
-    "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S": ("operator", "sweep_interval_s"),
-}
-_ENV_STR = {
-    "MCPTASKS_HOST": ("serve", "host"),
-    "MCPTASKS_LOG_LEVEL": ("serve", "log_level"),
-    "MCPTASKS_NAMESPACE": ("kubernetes", "namespace"),
-    "MCPTASKS_KUBE_CONTEXT": ("kubernetes", "context"),
-    "MCPTASKS_RUNNER": ("kubernetes", "runner"),
-    "MCPTASKS_WORKER_URL": ("operator", "worker_url"),
-}
-_ENV_PATH = {
-    "MCPTASKS_DATA_DIR": ("serve", "data_dir"),
-    "MCPTASKS_TOKENS": ("serve", "tokens_file"),
-    "MCPTASKS_KUBECONFIG": ("kubernetes", "kubeconfig"),
-}
+# Derived at start-up, never set from outside.
+_NOT_SETTABLE: Final = frozenset(
+    {("gateway", "server_version"), ("gateway", "request_state_secret"), ("gateway", "loopback_only")}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingField:
+    """One settable field of the tree, as `mcptasks settings` lists it.
+
+    Attributes:
+        group: the `Settings` attribute holding it (`serve`, `gateway`, `runner`, `kubernetes`, `operator`).
+        name: the field name; its unit is its suffix (`_s` seconds, `_ms` milliseconds, `_bytes` bytes).
+        variable: the environment variable that sets it. A limit shared by two groups (for example
+            `inline_result_max_bytes` of the runner and of the operator) has one variable for both.
+        kind: the annotation, which decides how the variable's text is parsed.
+        default: the default value, as text.
+        doc: the meaning, from the group's docstring (`Attributes:`), where every field is described.
+    """
+
+    group: str
+    name: str
+    variable: str
+    kind: str
+    default: str
+    doc: str
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """`name → text` of the `Attributes:` section of a Google-style class docstring."""
+    docs: dict[str, str] = {}
+    current = ""
+    inside = False
+    for line in (cls.__doc__ or "").splitlines():
+        stripped = line.strip()
+        if stripped == "Attributes:":
+            inside = True
+            continue
+        if not inside or not stripped:
+            continue
+        head, sep, rest = stripped.partition(": ")
+        if sep and head.isidentifier() and line.startswith(" " * 8) and not line.startswith(" " * 12):
+            current = head
+            docs[current] = rest
+        elif current:
+            docs[current] += " " + stripped
+    return docs
+
+
+def setting_fields() -> list[SettingField]:
+    """Every settable field of `Settings`, in group order, with its variable, default and meaning."""
+    result: list[SettingField] = []
+    defaults = Settings()
+    for group in fields(Settings):
+        cls = type(getattr(defaults, group.name))
+        docs = _attribute_docs(cls)
+        for item in fields(cls):
+            key = (group.name, item.name)
+            if key in _NOT_SETTABLE:
+                continue
+            variable = _ENV_NAMES.get(key, f"MCPTASKS_{item.name.upper()}")
+            value = getattr(getattr(defaults, group.name), item.name)
+            default = ",".join(sorted(str(v) for v in value)) if isinstance(value, (tuple, frozenset)) else str(value)
+            result.append(
+                SettingField(group.name, item.name, variable, str(item.type), default, docs.get(item.name, ""))
+            )
+    return result
+
+
+def _parse(field_: SettingField, text: str) -> object:
+    kind = field_.kind
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError as exc:
+        noun = "an integer" if kind == "int" else "a number"
+        raise SettingsError(f"{field_.variable} must be {noun}, got {text!r}") from exc
+    if kind == "bool":
+        if text.lower() not in {"1", "true", "yes", "0", "false", "no", ""}:
+            raise SettingsError(f"{field_.variable} must be true or false, got {text!r}")
+        return text.lower() in {"1", "true", "yes"}
+    if kind in ("Path", "Path | None"):
+        return Path(text) if text else None
+    if kind == "str | None":
+        return text or None
+    if kind == "tuple[Path, ...]":
+        return tuple(Path(part) for part in text.split(os.pathsep) if part)
+    if kind == "frozenset[str]":
+        return frozenset(part.strip() for part in text.split(",") if part.strip())
+    return text
 
 
 def _set(settings: Settings, group: str, name: str, value: object) -> Settings:
@@ -120,36 +200,32 @@ def _set(settings: Settings, group: str, name: str, value: object) -> Settings:
 
 
 def from_environment(settings: Settings, environ: Mapping[str, str]) -> Settings:
-    """Apply `MCPTASKS_*` variables.
+    """Apply the `MCPTASKS_*` variables of `setting_fields()` (an empty value keeps a path's default).
 
     Raises:
-        SettingsError: a numeric variable does not parse.
+        SettingsError: a variable does not parse (the message names it).
     """
-    for variable, (group, name) in _ENV_INT.items():
-        if variable in environ:
-            try:
-                settings = _set(settings, group, name, int(environ[variable]))
-            except ValueError as exc:
-                raise SettingsError(f"{variable} must be an integer, got {environ[variable]!r}") from exc
-    for variable, (group, name) in _ENV_FLOAT.items():
-        if variable in environ:
-            try:
-                settings = _set(settings, group, name, float(environ[variable]))
-            except ValueError as exc:
-                raise SettingsError(f"{variable} must be a number, got {environ[variable]!r}") from exc
-    for variable, (group, name) in _ENV_STR.items():
-        if variable in environ:
-            settings = _set(settings, group, name, environ[variable])
-    for variable, (group, name) in _ENV_PATH.items():
-        if environ.get(variable):
-            settings = _set(settings, group, name, Path(environ[variable]))
-    if environ.get("MCPTASKS_TOOLS"):
-        settings = _set(
-            settings, "serve", "tools_dirs", tuple(Path(p) for p in environ["MCPTASKS_TOOLS"].split(os.pathsep))
-        )
-    if environ.get("MCPTASKS_LOG_JSON", "").lower() in {"1", "true", "yes"}:
-        settings = _set(settings, "serve", "log_json", True)
+    for field_ in setting_fields():
+        if field_.variable not in environ:
+            continue
+        value = _parse(field_, environ[field_.variable])
+        if value is None and field_.kind == "Path":
+            continue
+        settings = _set(settings, field_.group, field_.name, value)
     return settings
+
+
+def settings_table() -> str:
+    """The Markdown table of every environment variable (`mcptasks settings`; docs/configuration.md)."""
+    rows = ["| variable | setting | default | meaning |", "|---|---|---|---|"]
+    seen: set[str] = set()
+    for field_ in setting_fields():
+        if field_.variable in seen:
+            continue
+        seen.add(field_.variable)
+        default = f"`{field_.default}`" if field_.default not in ("", "None") else "none"
+        rows.append(f"| `{field_.variable}` | {field_.group}.{field_.name} | {default} | {field_.doc} |")
+    return "\n".join(rows) + "\n"
 
 
 def validate(settings: Settings, command: str = "serve") -> Settings:

@@ -2,7 +2,9 @@
 
 `create_app` wires the `TaskStore`, `ToolCatalog`, `ArtifactStore` and `ToolExecutor` it is given;
 it creates nothing deployment-specific (cli does). Stateless across requests: any replica answers any
-task. `/healthz` answers 200 once the app is serving.
+task. `/healthz` answers 200 once the app is serving (liveness); `/readyz` answers 200 while the
+deployment's `readiness` check holds (the Kubernetes gateway: its McpTask and McpTool caches are synced
+and watched), else 503.
 """
 
 from __future__ import annotations
@@ -19,14 +21,24 @@ from mcp_tasks.gateway.context import Services
 MCP_PATH = "/mcp"
 
 
+READINESS_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("readiness")
+
+
 async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if request.app[READINESS_KEY]():
+        return web.json_response({"status": "ready"})
+    return web.json_response({"status": "not ready: the task and tool caches are not synced"}, status=503)
 
 
 def create_app(
     services: Services,
     authenticator: Authenticator,
     lifecycle: Callable[[web.Application], AsyncIterator[None]] | None = None,
+    readiness: Callable[[], bool] | None = None,
 ) -> web.Application:
     """Build the gateway application.
 
@@ -34,11 +46,13 @@ def create_app(
         services: store, catalog, artifacts, executor, clock and settings.
         authenticator: maps request headers to an `Owner`.
         lifecycle: optional `cleanup_ctx` generator that opens and closes what `services` depend on.
+        readiness: what `GET /readyz` reports (default: always ready once serving).
     """
     app = web.Application(client_max_size=services.settings.max_body_bytes)
     app[transport.SERVICES_KEY] = services
     app[transport.AUTHENTICATOR_KEY] = authenticator
     app[listen.SHUTDOWN_KEY] = asyncio.Event()
+    app[READINESS_KEY] = readiness or (lambda: True)
     if lifecycle is not None:
         app.cleanup_ctx.append(lifecycle)
 
@@ -50,4 +64,5 @@ def create_app(
     app.router.add_get(MCP_PATH, transport.method_not_allowed)
     app.router.add_delete(MCP_PATH, transport.method_not_allowed)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
     return app

@@ -23,6 +23,7 @@ from mcp_tasks.tasks.tools import ToolSpec
 PREFIX: Final = "mcptask-"
 TASK_ID_LABEL: Final = "mcptasks.io/task-id"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 TOKEN_KEY: Final = "token"
 """Key of the worker token in the per-task Secret."""
 
@@ -52,8 +53,10 @@ def owner_reference(task: JsonObject) -> JsonObject:
     }
 
 
-def labels(task: JsonObject, tool: str) -> dict[str, str]:
-    """Labels linking a child object to its task and tool."""
+def labels(task: JsonObject, tool: str, instance: str | None = None) -> dict[str, str]:
+    """Labels linking a child object to its task and tool (and, given `instance`, to the Helm release
+    whose NetworkPolicy lets it reach the worker API: `app.kubernetes.io/instance`).
+    """
     task_labels = task["metadata"].get("labels") or {}
     child = {
         "app.kubernetes.io/managed-by": "mcp-tasks",
@@ -63,6 +66,8 @@ def labels(task: JsonObject, tool: str) -> dict[str, str]:
     }
     if "mcptasks.io/tenant" in task_labels:
         child["mcptasks.io/tenant"] = task_labels["mcptasks.io/tenant"]
+    if instance:
+        child[INSTANCE_LABEL] = instance
     return child
 
 
@@ -128,7 +133,7 @@ def build_job(task: JsonObject, tool: ToolSpec, settings: OperatorSettings) -> J
     }
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
-    job_labels = labels(task, tool.name)
+    job_labels = labels(task, tool.name, settings.instance)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -27,6 +27,8 @@ class OperatorSettings:
             larger results become artifacts and the task carries a `resource_link`.
         artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).
         peering: kopf peering object name; replicas with the same name coordinate (one active).
+        instance: value of the `app.kubernetes.io/instance` label on tool Jobs and Pods (the Helm release
+            name, so the release's NetworkPolicy admits them to the worker API); `None`: no such label.
     """
 
     worker_url: str | None = None
@@ -40,6 +42,7 @@ class OperatorSettings:
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024
     peering: str = "mcp-tasks"
+    instance: str | None = None
 
     @property
     def pod_worker_url(self) -> str:

@@ -110,8 +110,13 @@ async def post_result(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz → 200 `{"status": "ok"}` while the worker API serves (the operator's probes)."""
+    return web.json_response({"status": "ok"})
+
+
 def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
-    """The worker API application (the embedded runner serves it on 127.0.0.1 only)."""
+    """The worker API application (the embedded runner serves it on 127.0.0.1 only), plus `GET /healthz`."""
     app = web.Application(client_max_size=max_body_bytes)
     app[EXECUTIONS_KEY] = executions
     app[CHANNEL_KEY] = channel
@@ -121,4 +126,5 @@ def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_b
     app.router.add_post(base + contract.PATH_INPUT_REQUESTS, post_input_requests)
     app.router.add_get(base + contract.PATH_INPUT_RESPONSES, get_input_responses)
     app.router.add_post(base + contract.PATH_RESULT, post_result)
+    app.router.add_get("/healthz", healthz)
     return app

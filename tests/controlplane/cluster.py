@@ -3,10 +3,13 @@
 The binaries are built from Go modules by `tests/controlplane/build.sh` into a cache outside the
 repository. `ControlPlane.start()` runs them on free loopback ports in a temporary folder: etcd
 without fsync, the API server with its self-signed serving certificate, a static admin token
-(`system:masters`) and RBAC, the controller manager with the job, garbage-collector and
-ttl-after-finished controllers. It writes a kubeconfig and installs the project's CRDs from `crds/`.
+(`system:masters`) and RBAC, the controller manager with the job, garbage-collector,
+ttl-after-finished, namespace, deployment, replicaset, endpointslice, disruption and
+persistentvolume-binder controllers. It writes a kubeconfig and installs the project's CRDs from the
+CRD chart's templates.
 There is no kubelet and no scheduler: with `process_node`, `tests/controlplane/process_node.py` binds
-our Jobs' pods and runs them as local processes.
+every pod and runs it as local processes (each pod on its own loopback address; see that module).
+`helm` and `actionlint`, built by the same script, sit beside the binaries (`ControlPlane.helm`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
-CRDS = REPO / "crds"
+CRDS = REPO / "charts" / "mcp-tasks-crds" / "templates"
 START_TIMEOUT_S = 90.0
 
 
@@ -156,6 +159,29 @@ class ControlPlane:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    def helm(self, *args: str, timeout_s: float = 300) -> str:
+        """Run the built helm against this control plane; return stdout.
+
+        Raises:
+            subprocess.CalledProcessError: helm failed (stderr in the exception).
+        """
+        result = subprocess.run(
+            [str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout_s,
+            env={
+                **os.environ,
+                "HELM_CACHE_HOME": str(self.workdir / "helm" / "cache"),
+                "HELM_CONFIG_HOME": str(self.workdir / "helm" / "config"),
+                "HELM_DATA_HOME": str(self.workdir / "helm" / "data"),
+            },
+        )
+        if result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+        return result.stdout
+
     def kubectl(self, *args: str, input_text: str | None = None) -> str:
         """Run the built kubectl against this control plane; return stdout.
 
@@ -274,7 +300,8 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
-                "namespace-controller",
+                "namespace-controller,deployment-controller,replicaset-controller,endpointslice-controller,"
+                "disruption-controller,persistentvolume-binder-controller",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={self.workdir / 'pki' / 'sa.key'}",

@@ -1,13 +1,34 @@
-"""A process node: what a kubelet does for the pods of our Jobs, with local processes instead of containers.
+"""A process node: what a kubelet (and kube-proxy) does, with local processes instead of containers.
 
-The test control plane has no kubelet and no container runtime. This program registers a Node, binds
-pending pods to it (there is no scheduler either), runs each pod's first container as a local process
-and reports the pod's life through the `pods/status` subresource as a kubelet would, so the Job
-controller can conclude Jobs:
+The test control plane has no kubelet, no container runtime and no cluster network. This program
+registers a Node, binds pending pods to it (there is no scheduler either), runs each pod's first
+container as a local process and reports the pod's life through the `pods/status` subresource as a
+kubelet would, so the Job, ReplicaSet, Deployment and EndpointSlice controllers work on its pods:
+
+- **Pod addresses**: each pod gets its own loopback address from 127.1.0.0/16 as `podIP` (Linux routes
+  all of 127.0.0.0/8 to `lo`), so two replicas can listen on the same port. A container binds "all
+  interfaces" by a value `0.0.0.0` in its env or args; the node rewrites that value to the pod's
+  address, which is what `0.0.0.0` means inside a pod's own network namespace.
+- **Services**: a host name `<service>.<namespace>.svc[.cluster.local]` in env or args is rewritten to
+  an address from 127.2.0.0/16 where the node proxies each Service port, connection by connection, to a
+  ready endpoint of the Service's EndpointSlices (kube-proxy's old userspace mode). No DNS is involved.
+- **Project image**: an image named `<registry>/<org>/mcp-tasks[:tag]` is this checkout: a container
+  without `command` runs the image's entrypoint `mcptasks` as `python -m mcp_tasks.cli` with this
+  machine's interpreter, and paths under the image's WORKDIR `/app` mean this checkout.
+- **Volumes**: a `persistentVolumeClaim` is a folder shared by every pod naming the claim, `secret`
+  and `configMap` volumes are folders holding their keys, `emptyDir` a folder of the pod. A path under
+  a `volumeMount`'s `mountPath` in env, args or `workingDir` is rewritten to the folder.
+- **Service account**: unless `automountServiceAccountToken` is false, the node asks the API server
+  for a token of the pod's ServiceAccount (TokenRequest) and hands it to the process as a kubeconfig
+  in `$KUBECONFIG` (no file can be mounted at the in-cluster path).
+- **Probes**: an `httpGet` readiness probe is run against the pod's address; the pod is Ready only
+  while it passes (so a rollout waits for it, and endpoints follow it). Liveness probes are not run.
+- **Restarts**: with `restartPolicy: Always` (Deployments) an exited container is started again after a
+  back-off (1 s doubling to 30 s) and `restartCount` grows; with `Never` (our Jobs) the pod ends.
 
 - **Image → command**: the image is not pulled. The container's `command` + `args` run as a local
   process in `workingDir` (which must exist on this machine), with the container's `env` (plain values,
-  `secretKeyRef` read from the Secret, `fieldRef` to the pod's name/namespace); a `python`/`python3`
+  `secretKeyRef` read from the Secret, `fieldRef` to the pod's name/namespace/IP); a `python`/`python3`
   command runs this machine's interpreter (the test environment, with `mcp_tasks` installed) in place
   of the image's. An image whose registry
   host ends in `.invalid` "cannot be pulled": the pod stays Pending with `ErrImagePull` /
@@ -31,25 +52,40 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import json
 import logging
 import os
+import random
+import re
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 from kubernetes_asyncio import config
-from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, DiscoveryV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 logger = logging.getLogger("process-node")
 
+REPO = Path(__file__).resolve().parents[2]
 TERMINATION_MESSAGE_LIMIT = 4096
 UNPULLABLE_SUFFIX = ".invalid"
+PROJECT_IMAGE = re.compile(r"^(?:[^/]+/)*mcp-tasks(?::[^/]+)?$")
+IMAGE_WORKDIR = "/app"  # the Dockerfile's WORKDIR: this checkout
+POD_ADDRESSES = ipaddress.ip_network("127.1.0.0/16")
+SERVICE_ADDRESSES = ipaddress.ip_network("127.2.0.0/16")
+SERVICE_HOST = re.compile(
+    r"\b([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\.([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)\.svc(?:\.cluster\.local)?\b"
+)
+ALL_INTERFACES = "0.0.0.0"
+RESTART_BACKOFF_MAX_S = 30.0
 
 
 def _now() -> str:
@@ -66,6 +102,110 @@ def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
     ]
 
 
+class AddressPool:
+    """Loopback addresses handed out one per holder and given back when the holder goes."""
+
+    def __init__(self, network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
+        self._hosts: Iterator[Any] = network.hosts()
+        self._free: list[str] = []
+
+    def take(self) -> str:
+        """A free address (reused ones last, so a restarted pod rarely gets its predecessor's)."""
+        try:
+            return str(next(self._hosts))
+        except StopIteration:
+            return self._free.pop(0)
+
+    def give_back(self, address: str) -> None:
+        """Return an address to the pool."""
+        self._free.append(address)
+
+
+class ServiceProxies:
+    """kube-proxy in userspace: one loopback address per Service, each port forwarded to a ready endpoint."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.core = CoreV1Api(api)
+        self.discovery = DiscoveryV1Api(api)
+        self.pool = AddressPool(SERVICE_ADDRESSES)
+        self.addresses: dict[tuple[str, str], str] = {}
+        self.servers: list[asyncio.Server] = []
+        self.lock = asyncio.Lock()
+
+    async def address(self, namespace: str, name: str) -> str | None:
+        """The address standing for Service `namespace/name` (its ports are proxied), or None if absent."""
+        async with self.lock:
+            if (namespace, name) in self.addresses:
+                return self.addresses[(namespace, name)]
+            try:
+                service = await self.core.read_namespaced_service(name, namespace)
+            except ApiException:
+                return None
+            address = self.pool.take()
+            for port in service.spec.ports or []:
+                server = await asyncio.start_server(self._handler(namespace, name, port), address, port.port)
+                self.servers.append(server)
+            self.addresses[(namespace, name)] = address
+            logger.info("service %s/%s proxied at %s", namespace, name, address)
+            return address
+
+    def _handler(self, namespace: str, name: str, port: Any) -> Any:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._forward(reader, writer, namespace, name, port.name, port.target_port)
+
+        return handle
+
+    async def _endpoint(self, namespace: str, name: str, port_name: str | None, target: Any) -> tuple[str, int] | None:
+        slices = await self.discovery.list_namespaced_endpoint_slice(
+            namespace, label_selector=f"kubernetes.io/service-name={name}"
+        )
+        choices: list[tuple[str, int]] = []
+        for item in slices.items:
+            port = next((p.port for p in item.ports or [] if p.name == port_name or len(item.ports) == 1), None)
+            if port is None and isinstance(target, int):
+                port = target
+            for endpoint in item.endpoints or []:
+                if port is not None and (endpoint.conditions is None or endpoint.conditions.ready is not False):
+                    choices.extend((address, port) for address in endpoint.addresses)
+        return random.choice(choices) if choices else None
+
+    async def _forward(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        namespace: str,
+        name: str,
+        port_name: str | None,
+        target: Any,
+    ) -> None:
+        try:
+            endpoint = await self._endpoint(namespace, name, port_name, target)
+            if endpoint is None:
+                return  # no ready endpoint: the connection is closed, as a refused one would be
+            upstream_reader, upstream_writer = await asyncio.open_connection(*endpoint)
+        except (OSError, ApiException):
+            writer.close()
+            return
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            with contextlib.suppress(OSError):
+                sink.close()
+
+        try:
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        finally:
+            writer.close()
+
+    async def aclose(self) -> None:
+        """Stop every proxy."""
+        for server in self.servers:
+            server.close()
+
+
 @dataclass
 class RunningPod:
     """A pod this node runs: its process and where its output and termination message go."""
@@ -74,12 +214,15 @@ class RunningPod:
     name: str
     container: str
     image: str
+    ip: str = ""
     process: asyncio.subprocess.Process | None = None
     started_at: str = field(default_factory=_now)
     output: Path | None = None
     message_file: Path | None = None
     fallback_to_logs: bool = False
     stopping: bool = False
+    ready: bool = False
+    restarts: int = 0
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -93,6 +236,9 @@ class ProcessNode:
         self.workdir = workdir
         self.pods: dict[tuple[str, str], RunningPod] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.pod_addresses = AddressPool(POD_ADDRESSES)
+        self.services = ServiceProxies(api)
+        self.http: aiohttp.ClientSession | None = None
 
     async def register(self) -> None:
         """Create the Node object and mark it Ready."""
@@ -223,40 +369,61 @@ class ProcessNode:
                 await asyncio.sleep(1.0)
                 await self._report_waiting(running, "ImagePullBackOff", f'Back-off pulling image "{running.image}"')
                 return
-            env = await self._environment(meta, container)
+            running.ip = self.pod_addresses.take()
             folder = Path(tempfile.mkdtemp(prefix=f"{meta['name']}-", dir=self.workdir))
+            mounts = await self._volumes(meta, spec, container, folder)
+            env = await self._environment(meta, spec, container, running, folder)
             running.output = folder / "output.log"
             running.message_file = folder / "termination-log"
             running.fallback_to_logs = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
             env["MCPTASKS_TERMINATION_MESSAGE_PATH"] = str(running.message_file)
-            argv = [*container.get("command", []), *container.get("args", [])]
+            project = bool(PROJECT_IMAGE.match(running.image))
+            command = container.get("command") or ([sys.executable, "-m", "mcp_tasks.cli"] if project else [])
+            argv = [*command, *container.get("args", [])]
             if argv and argv[0] in ("python", "python3"):
                 argv[0] = sys.executable  # this machine's interpreter stands in for the image's
-            with running.output.open("wb") as output:
-                running.process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    cwd=container.get("workingDir") or None,
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=output,
-                    start_new_session=True,
+            if project:
+                mounts = [*mounts, (IMAGE_WORKDIR, str(REPO))]
+            rewrite = await self._rewriter(meta["namespace"], running, mounts, [*argv, *env.values()])
+            argv = [rewrite(arg) for arg in argv]
+            env = {name: rewrite(value) for name, value in env.items()}
+            workdir = container.get("workingDir") or (IMAGE_WORKDIR if project else "")
+            cwd = rewrite(workdir) if workdir else None
+            probe = (container.get("readinessProbe") or {}).get("httpGet")
+            policy = spec.get("restartPolicy", "Always")
+            delay = 1.0
+            while True:
+                with running.output.open("ab") as output:
+                    running.process = await asyncio.create_subprocess_exec(
+                        *argv,
+                        cwd=cwd,
+                        env=env,
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=output,
+                        stderr=output,
+                        start_new_session=True,
+                    )
+                running.started_at = _now()
+                running.ready = probe is None
+                await self._report_running(running)
+                probing = (
+                    asyncio.create_task(self._probe(running, container, container["readinessProbe"]))
+                    if probe is not None
+                    else None
                 )
-            running.started_at = _now()
-            await self._patch_status(
-                running,
-                {
-                    "phase": "Running",
-                    "startTime": running.started_at,
-                    "hostIP": "127.0.0.1",
-                    "podIP": "127.0.0.1",
-                    "conditions": _conditions(True, running.started_at),
-                    "containerStatuses": [
-                        self._container_status(running, {"running": {"startedAt": running.started_at}}, ready=True)
-                    ],
-                },
-            )
-            code = await running.process.wait()
+                code = await running.process.wait()
+                if probing is not None:
+                    probing.cancel()
+                restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+                if running.stopping or not restart:
+                    break
+                running.restarts += 1
+                logger.info("pod %s/%s exited with %s; restarting in %.0f s", *key, code, delay)
+                await self._report_waiting(running, "CrashLoopBackOff", f"exited with {code}; back-off {delay:.0f}s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
+                if running.stopping:
+                    break
             await self._report_exit(running, code)
         except (OSError, ValueError) as exc:
             logger.warning("pod %s/%s cannot start: %s", *key, exc)
@@ -266,12 +433,157 @@ class ProcessNode:
         finally:
             running.finished.set()
 
-    async def _environment(self, meta: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    async def _report_running(self, running: RunningPod) -> None:
+        with contextlib.suppress(ApiException):
+            await self._patch_status(
+                running,
+                {
+                    "phase": "Running",
+                    "startTime": running.started_at,
+                    "hostIP": "127.0.0.1",
+                    "podIP": running.ip,
+                    "podIPs": [{"ip": running.ip}],
+                    "conditions": _conditions(running.ready, running.started_at),
+                    "containerStatuses": [
+                        self._container_status(
+                            running, {"running": {"startedAt": running.started_at}}, ready=running.ready
+                        )
+                    ],
+                },
+            )
+
+    async def _probe(self, running: RunningPod, container: dict[str, Any], probe: dict[str, Any]) -> None:
+        """Run an httpGet readiness probe against the pod's address; report Ready when it changes."""
+        get = probe["httpGet"]
+        port = get["port"]
+        if isinstance(port, str):
+            port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == port)
+        url = f"http://{running.ip}:{port}{get.get('path', '/')}"
+        period = float(probe.get("periodSeconds", 10))
+        failures_allowed = int(probe.get("failureThreshold", 3))
+        await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
+        failures = 0
+        if self.http is None:
+            self.http = aiohttp.ClientSession()
+        while True:
+            try:
+                timeout = aiohttp.ClientTimeout(total=float(probe.get("timeoutSeconds", 1)))
+                async with self.http.get(url, timeout=timeout) as response:
+                    passed = 200 <= response.status < 400
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                passed = False
+            failures = 0 if passed else failures + 1
+            ready = running.ready
+            if passed:
+                ready = True
+            elif failures >= failures_allowed:
+                ready = False
+            if ready != running.ready:
+                running.ready = ready
+                logger.info("pod %s/%s ready: %s", running.namespace, running.name, ready)
+                await self._report_running(running)
+            await asyncio.sleep(min(period, 1.0) if not running.ready else period)
+
+    async def _volumes(
+        self, meta: dict[str, Any], spec: dict[str, Any], container: dict[str, Any], folder: Path
+    ) -> list[tuple[str, str]]:
+        """Materialize the volumes the container mounts; return `(mountPath, folder)` pairs."""
+        namespace = meta["namespace"]
+        sources = {volume["name"]: volume for volume in spec.get("volumes", [])}
+        mounts: list[tuple[str, str]] = []
+        for mount in container.get("volumeMounts", []):
+            volume = sources.get(mount["name"], {})
+            if "persistentVolumeClaim" in volume:
+                path = self.workdir / "claims" / namespace / volume["persistentVolumeClaim"]["claimName"]
+            else:
+                path = folder / "volumes" / mount["name"]
+            path.mkdir(parents=True, exist_ok=True)
+            files: dict[str, bytes] = {}
+            if "secret" in volume:
+                secret = await self.core.read_namespaced_secret(volume["secret"]["secretName"], namespace)
+                files = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+            elif "configMap" in volume:
+                config_map = await self.core.read_namespaced_config_map(volume["configMap"]["name"], namespace)
+                files = {k: v.encode() for k, v in (config_map.data or {}).items()}
+            for name, content in files.items():
+                (path / name).write_bytes(content)
+            mounts.append((mount["mountPath"].rstrip("/") or "/", str(path)))
+        return mounts
+
+    async def _rewriter(
+        self, namespace: str, running: RunningPod, mounts: list[tuple[str, str]], values: list[str]
+    ) -> Any:
+        """A function mapping a value of env/args/workingDir from the pod's view to this machine's."""
+        services: dict[str, str] = {}
+        for value in values:
+            for match in SERVICE_HOST.finditer(value):
+                address = await self.services.address(match.group(2), match.group(1))
+                if address is not None:
+                    services[match.group(0)] = address
+        ordered = sorted(mounts, key=lambda pair: len(pair[0]), reverse=True)
+
+        def rewrite(value: str) -> str:
+            if value == ALL_INTERFACES:
+                return running.ip
+            for mount_path, folder in ordered:
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    value = folder + value[len(mount_path) :]
+                    break
+            return SERVICE_HOST.sub(lambda m: services.get(m.group(0), m.group(0)), value)
+
+        return rewrite
+
+    async def _service_account_kubeconfig(
+        self, meta: dict[str, Any], spec: dict[str, Any], folder: Path
+    ) -> Path | None:
+        """A kubeconfig with a token of the pod's ServiceAccount, or None (not mounted, or no such account)."""
+        if spec.get("automountServiceAccountToken") is False:
+            return None
+        account = spec.get("serviceAccountName") or "default"
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        }
+        try:
+            answer = await self.core.create_namespaced_service_account_token(
+                account, meta["namespace"], cast(Any, request)
+            )
+        except ApiException as exc:
+            logger.info("pod %s/%s: no token for account %s (%s)", meta["namespace"], meta["name"], account, exc.status)
+            return None
+        configuration = self.api.configuration
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "cluster",
+                    "cluster": {"server": configuration.host, "certificate-authority": configuration.ssl_ca_cert},
+                }
+            ],
+            "users": [{"name": account, "user": {"token": answer.status.token}}],
+            "contexts": [
+                {"name": "pod", "context": {"cluster": "cluster", "user": account, "namespace": meta["namespace"]}}
+            ],
+            "current-context": "pod",
+        }
+        path = folder / "kubeconfig"
+        path.write_text(json.dumps(kubeconfig))
+        return path
+
+    async def _environment(
+        self, meta: dict[str, Any], spec: dict[str, Any], container: dict[str, Any], running: RunningPod, folder: Path
+    ) -> dict[str, str]:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/tmp"),
             "HOSTNAME": meta["name"],
         }
+        kubeconfig = await self._service_account_kubeconfig(meta, spec, folder)
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "status.podIP": running.ip}
         for item in container.get("env", []):
             if "value" in item:
                 env[item["name"]] = item["value"]
@@ -282,10 +594,7 @@ class ProcessNode:
                 secret = await self.core.read_namespaced_secret(ref["name"], meta["namespace"])
                 env[item["name"]] = base64.b64decode(secret.data[ref["key"]]).decode()
             elif "fieldRef" in source:
-                path = source["fieldRef"]["fieldPath"]
-                env[item["name"]] = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"]}.get(
-                    path, ""
-                )
+                env[item["name"]] = fields.get(source["fieldRef"]["fieldPath"], "")
         return env
 
     def _container_status(self, running: RunningPod, state: dict[str, Any], ready: bool) -> dict[str, Any]:
@@ -295,7 +604,7 @@ class ProcessNode:
             "imageID": "",
             "ready": ready,
             "started": "running" in state,
-            "restartCount": 0,
+            "restartCount": running.restarts,
             "state": state,
         }
 
@@ -306,7 +615,7 @@ class ProcessNode:
         await self._patch_status(
             running,
             {
-                "phase": "Pending",
+                "phase": "Running" if running.restarts else "Pending",
                 "hostIP": "127.0.0.1",
                 "conditions": _conditions(False, _now()),
                 "containerStatuses": [
@@ -365,7 +674,9 @@ class ProcessNode:
     async def _delete_now(self, namespace: str, name: str) -> None:
         with contextlib.suppress(ApiException):
             await self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        self.pods.pop((namespace, name), None)
+        running = self.pods.pop((namespace, name), None)
+        if running is not None and running.ip:
+            self.pod_addresses.give_back(running.ip)
 
     async def aclose(self) -> None:
         """Kill every process (as a node shutting down would)."""
@@ -376,6 +687,9 @@ class ProcessNode:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.services.aclose()
+        if self.http is not None:
+            await self.http.close()
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -1,13 +1,14 @@
-"""End to end on a real cluster made with kind: the image, the manifests in deploy/kubernetes, real pods.
+"""End to end on a real cluster made with kind: the image, the Helm charts, real pods.
 
-For users' CI with a container engine (Docker) and `pip install pytest-kind`. Skipped, saying why,
+For users' CI with a container engine (Docker), `helm` and `pip install pytest-kind`
+(.github/workflows/kind.yml). Skipped, saying why,
 where there is none (this project's own CI machines have no container engine; there the same flows
 run on the test control plane with the process node, tests/kube).
 
-What it does: builds the image from the Dockerfile, loads it into a kind cluster, installs the CRDs,
-deploy/kubernetes/rbac.yaml and mcp-tasks.yaml (with a ReadWriteOnce volume and one replica each,
-since kind has no ReadWriteMany storage), declares the example `hello_world` tool running from the
-same image, port-forwards the gateway and runs the SEP's hello_world flow over HTTP.
+What it does: builds the image from the Dockerfile, loads it into a kind cluster, `helm install`s the
+CRD chart and the main chart (with a ReadWriteOnce volume and one replica each, since kind has no
+ReadWriteMany storage, and the example tools in the same image), port-forwards the gateway Service and
+runs the SEP's hello_world flow over HTTP.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.conftest import McpHttp
 
@@ -37,6 +37,8 @@ def _engine_problem() -> str | None:
         return "no container engine: the docker CLI is not installed"
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         return "no container engine: `docker info` fails (is the Docker daemon running?)"
+    if shutil.which("helm") is None:
+        return "helm is not installed"
     if importlib.util.find_spec("pytest_kind") is None:  # optional: only users with a container engine install it
         return "pytest-kind is not installed (`pip install pytest-kind`)"
     return None
@@ -63,38 +65,28 @@ def cluster() -> Iterator[Any]:
         kind.delete()
 
 
-def _manifests() -> str:
-    documents = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes/mcp-tasks.yaml").read_text()) if d]
-    for document in documents:
-        if document["kind"] == "PersistentVolumeClaim":
-            document["spec"]["accessModes"] = ["ReadWriteOnce"]
-        if document["kind"] == "Deployment":
-            document["spec"]["replicas"] = 1
-            for container in document["spec"]["template"]["spec"]["containers"]:
-                container["image"] = IMAGE
-                container["imagePullPolicy"] = "Never"
-    return yaml.safe_dump_all(documents)
-
-
 def test_hello_world_on_kind(cluster: Any, tmp_path: Path) -> None:
-
     kubectl = cluster.kubectl
-    kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+    kubeconfig = str(cluster.kubeconfig_path)
+
+    def helm(*args: str) -> None:
+        subprocess.run(["helm", "--kubeconfig", kubeconfig, *args], check=True)
+
+    helm("install", "mcp-tasks-crds", str(REPO / "charts" / "mcp-tasks-crds"), "--wait")
     kubectl("create", "namespace", "mcp-tasks")
-    kubectl("apply", "-f", str(REPO / "deploy/kubernetes/rbac.yaml"))
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n  - {token: kind-token, tenant: kind, subject: tester}\n")
-    kubectl("-n", "mcp-tasks", "create", "secret", "generic", "mcptasks-tokens", f"--from-file={tokens}")
-    (tmp_path / "deploy.yaml").write_text(_manifests())
-    kubectl("apply", "-f", str(tmp_path / "deploy.yaml"))
-    tool = yaml.safe_load((REPO / "examples/tools/hello_world.yaml").read_text())
-    tool["spec"]["container"].update({"image": IMAGE, "workingDir": "/app/examples/tools"})
-    (tmp_path / "tool.yaml").write_text(yaml.safe_dump(tool))
-    kubectl("apply", "-n", "mcp-tasks", "-f", str(tmp_path / "tool.yaml"))
-    kubectl("-n", "mcp-tasks", "rollout", "status", "deployment/mcptasks-operator", "--timeout=180s")
-    kubectl("-n", "mcp-tasks", "rollout", "status", "deployment/mcptasks-gateway", "--timeout=180s")
+    kubectl("-n", "mcp-tasks", "create", "secret", "generic", "mcp-tasks-tokens", f"--from-file={tokens}")
+    # kind has no ReadWriteMany storage: one replica each on a ReadWriteOnce volume
+    helm(
+        "install", "mcp-tasks", str(REPO / "charts" / "mcp-tasks"), "-n", "mcp-tasks", "--wait", "--timeout", "300s",
+        "--set", "auth.existingSecret=mcp-tasks-tokens", "--set", "examples.enabled=true",
+        "--set", f"image.repository={IMAGE.split(':', maxsplit=1)[0]}", "--set", f"image.tag={IMAGE.split(':')[1]}",
+        "--set", "image.pullPolicy=Never", "--set", "persistence.accessModes={ReadWriteOnce}",
+        "--set", "gateway.replicas=1", "--set", "operator.replicas=1",
+    )  # fmt: skip
 
-    with cluster.port_forward("service/mcptasks-gateway", 80, "-n", "mcp-tasks") as port:
+    with cluster.port_forward("service/mcp-tasks-gateway", 80, "-n", "mcp-tasks") as port:
         time.sleep(1)
 
         async def flow() -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx2
 import pytest
 import yaml
 from aiohttp import web
@@ -25,6 +26,7 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.cli.gateway import build_gateway_app
@@ -233,8 +235,10 @@ def client(session: aiohttp.ClientSession, gateway: Gateway, token: str | None =
     return McpHttp(session, gateway.url, token)
 
 
-async def sep_hello_world(url: str) -> str:
+async def sep_hello_world(url: str, token: str | None = None) -> str:
     """SEP-2663 Example Message Flow with the official SDK: `hello_world`, answer "Luca", return the taskId.
+
+    With `token`, every request carries `Authorization: Bearer <token>`.
 
     Asserts the question, the `input_required` step with key `name`, and the final "Hello, Luca!".
     """
@@ -247,10 +251,13 @@ async def sep_hello_world(url: str) -> str:
         assert params.message == "Please enter your name."
         return ElicitResult(action="accept", content={"input": "Luca"})
 
-    async with Client(
-        url, extensions=[TasksClientExtension(on_update=record)], elicitation_callback=elicit, cache=None
-    ) as sdk:
-        result = await sdk.call_tool("hello_world", {})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = httpx2.Timeout(30, read=300)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=True) as http_client:
+        transport = streamable_http_client(url, http_client=http_client)
+        extensions = [TasksClientExtension(on_update=record)]
+        async with Client(transport, extensions=extensions, elicitation_callback=elicit, cache=None) as sdk:
+            result = await sdk.call_tool("hello_world", {})
     assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
     statuses = [task.status.value for task in seen]
     assert "input_required" in statuses and statuses[-1] == "completed"

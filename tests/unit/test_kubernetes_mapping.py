@@ -23,6 +23,7 @@ from mcp_tasks.tasks.record import TaskRecord
 from tests.unit.manifests import tool_spec
 
 REPO = Path(__file__).resolve().parents[2]
+CRD_TEMPLATES = REPO / "charts" / "mcp-tasks-crds" / "templates"
 NOW = utc_now()
 ELICIT: JsonObject = {"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {}}}
 ANSWER: JsonObject = {"action": "accept", "content": {"ok": True}}
@@ -119,7 +120,7 @@ def test_tenants_that_are_not_label_values_are_hashed() -> None:
 
 
 def test_the_committed_crds_are_generated_from_the_models(tmp_path: Path) -> None:
-    assert main(["crds", "--check", str(REPO / "crds")]) == 0, "run `mcptasks crds --write crds/`"
+    assert main(["crds", "--check", str(CRD_TEMPLATES)]) == 0, f"run `mcptasks crds --write {CRD_TEMPLATES}`"
     assert main(["crds", "--write", str(tmp_path)]) == 0
     drifted = tmp_path / "mcptasks.yaml"
     drifted.write_text(drifted.read_text().replace("issuedInputKeys", "issuedKeys"))

@@ -57,3 +57,40 @@ def test_non_loopback_bind_without_tokens_is_refused() -> None:
     settings = Settings(serve=ServeSettings(host="0.0.0.0", tools_dirs=(REPO / "examples" / "tools",)))
     with pytest.raises(SettingsError, match="--tokens"):
         validate(settings)
+
+
+def test_every_setting_has_one_environment_variable_and_the_docs_list_them_all() -> None:
+    from mcp_tasks.cli.settings import setting_fields, settings_table
+
+    settable = setting_fields()
+    by_variable: dict[str, set[str]] = {}
+    for item in settable:
+        by_variable.setdefault(item.variable, set()).add(item.name)
+        assert item.doc, f"{item.group}.{item.name} is not described in its group's docstring"
+    # one variable names one setting; a limit shared by two groups has one variable for both
+    assert all(len(names) == 1 for names in by_variable.values()), by_variable
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    assert settings_table() in docs, "run `mcptasks settings` and paste the table into docs/configuration.md"
+
+
+def test_the_environment_reaches_fields_that_had_no_variable_and_shared_limits_reach_both_groups() -> None:
+    from mcp_tasks.cli.settings import from_environment
+
+    settings = from_environment(
+        Settings(),
+        {
+            "MCPTASKS_ALLOWED_ORIGINS": "https://app.example.com, https://b.example.com",
+            "MCPTASKS_WORKER_HOST": "127.0.0.9",
+            "MCPTASKS_INLINE_RESULT_MAX_BYTES": "1000",
+            "MCPTASKS_LOG_JSON": "true",
+            "MCPTASKS_TOOL_SERVICE_ACCOUNT": "",
+        },
+    )
+    assert settings.gateway.allowed_origins == {"https://app.example.com", "https://b.example.com"}
+    assert settings.operator.worker_host == "127.0.0.9"
+    assert settings.runner.inline_result_max_bytes == settings.operator.inline_result_max_bytes == 1000
+    assert settings.serve.log_json is True and settings.operator.service_account is None
+    with pytest.raises(SettingsError, match="MCPTASKS_LIST_PAGE_SIZE must be an integer"):
+        from_environment(Settings(), {"MCPTASKS_LIST_PAGE_SIZE": "ten"})
+    with pytest.raises(SettingsError, match="MCPTASKS_LOG_JSON must be true or false"):
+        from_environment(Settings(), {"MCPTASKS_LOG_JSON": "maybe"})

@@ -78,6 +78,11 @@ class Reflector:
         """How many times the collection was listed again after `410 Gone`."""
 
     @property
+    def ready(self) -> bool:
+        """True once the first LIST was delivered while the watch loop runs (a readiness probe's answer)."""
+        return self.synced.is_set() and self._task is not None and not self._task.done()
+
+    @property
     def resource_version(self) -> str | None:
         """The last `resourceVersion` seen (from a LIST, an event or a bookmark)."""
         return self._resource_version

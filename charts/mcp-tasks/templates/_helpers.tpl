@@ -1,0 +1,66 @@
+{{/* Resource-name prefix: <release>-mcp-tasks, or the release name when it already says mcp-tasks. */}}
+{{- define "mcp-tasks.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mcp-tasks.labels" -}}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: mcp-tasks
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: include with (dict "root" $ "component" "gateway"). */}}
+{{- define "mcp-tasks.selector" -}}
+app.kubernetes.io/name: {{ default .root.Chart.Name .root.Values.nameOverride }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "mcp-tasks.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "mcp-tasks.gatewayAccount" -}}
+{{- if .Values.serviceAccounts.create -}}{{ include "mcp-tasks.fullname" . }}-gateway{{- else -}}{{ required "serviceAccounts.gatewayName is required when serviceAccounts.create is false" .Values.serviceAccounts.gatewayName }}{{- end -}}
+{{- end -}}
+
+{{- define "mcp-tasks.operatorAccount" -}}
+{{- if .Values.serviceAccounts.create -}}{{ include "mcp-tasks.fullname" . }}-operator{{- else -}}{{ required "serviceAccounts.operatorName is required when serviceAccounts.create is false" .Values.serviceAccounts.operatorName }}{{- end -}}
+{{- end -}}
+
+{{- define "mcp-tasks.claim" -}}
+{{- default (printf "%s-data" (include "mcp-tasks.fullname" .)) .Values.persistence.existingClaim -}}
+{{- end -}}
+
+{{/* The worker API as tool Pods reach it: the operator Service's DNS name. */}}
+{{- define "mcp-tasks.workerUrl" -}}
+{{- printf "http://%s-operator.%s.svc:%d" (include "mcp-tasks.fullname" .) .Release.Namespace (int .Values.operator.workerPort) -}}
+{{- end -}}
+
+{{/* The restricted Pod Security profile: pod level, then container level. */}}
+{{- define "mcp-tasks.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "mcp-tasks.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities: {drop: [ALL]}
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
