@@ -4,9 +4,9 @@ The binaries are built from Go modules by `tests/controlplane/build.sh` into a c
 repository. `ControlPlane.start()` runs them on free loopback ports in a temporary folder: etcd
 without fsync, the API server with its self-signed serving certificate, a static admin token
 (`system:masters`) and RBAC, the controller manager with the job, garbage-collector,
-ttl-after-finished, namespace, deployment, replicaset, endpointslice, disruption and
-persistentvolume-binder controllers. It writes a kubeconfig and installs the project's CRDs from the
-CRD chart's templates.
+ttl-after-finished, namespace, deployment, replicaset, disruption and persistentvolume-binder
+controllers (not the EndpointSlice controller: it refuses the process node's loopback pod addresses).
+It writes a kubeconfig and installs the project's CRDs from the CRD chart's templates.
 There is no kubelet and no scheduler: with `process_node`, `tests/controlplane/process_node.py` binds
 every pod and runs it as local processes (each pod on its own loopback address; see that module).
 `helm` and `actionlint`, built by the same script, sit beside the binaries (`ControlPlane.helm`).
@@ -38,6 +38,13 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 CRDS = REPO / "charts" / "mcp-tasks-crds" / "templates"
 START_TIMEOUT_S = 90.0
+
+
+def _failed(result: subprocess.CompletedProcess[str]) -> subprocess.CalledProcessError:
+    """The error for a failed helm/kubectl run, with its stderr as a note so a test failure shows why."""
+    error = subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+    error.add_note(f"stderr: {result.stderr.strip()[-4000:]}")
+    return error
 
 
 class ControlPlaneUnavailable(Exception):
@@ -179,7 +186,7 @@ class ControlPlane:
             },
         )
         if result.returncode != 0:
-            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+            raise _failed(result)
         return result.stdout
 
     def kubectl(self, *args: str, input_text: str | None = None) -> str:
@@ -197,7 +204,7 @@ class ControlPlane:
             timeout=120,
         )
         if result.returncode != 0:
-            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+            raise _failed(result)
         return result.stdout
 
     def _spawn(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
@@ -300,8 +307,8 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
-                "namespace-controller,deployment-controller,replicaset-controller,endpointslice-controller,"
-                "disruption-controller,persistentvolume-binder-controller",
+                "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,"
+                "persistentvolume-binder-controller",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={self.workdir / 'pki' / 'sa.key'}",

@@ -11,7 +11,9 @@ kubelet would, so the Job, ReplicaSet, Deployment and EndpointSlice controllers 
   address, which is what `0.0.0.0` means inside a pod's own network namespace.
 - **Services**: a host name `<service>.<namespace>.svc[.cluster.local]` in env or args is rewritten to
   an address from 127.2.0.0/16 where the node proxies each Service port, connection by connection, to a
-  ready endpoint of the Service's EndpointSlices (kube-proxy's old userspace mode). No DNS is involved.
+  ready endpoint (kube-proxy's old userspace mode). No DNS is involved. The EndpointSlice controller
+  refuses loopback addresses, so the endpoints are computed as it would: the Ready pods that match
+  the Service's selector (`service_endpoints`, which the tests use too).
 - **Project image**: an image named `<registry>/<org>/mcp-tasks[:tag]` is this checkout: a container
   without `command` runs the image's entrypoint `mcptasks` as `python -m mcp_tasks.cli` with this
   machine's interpreter, and paths under the image's WORKDIR `/app` mean this checkout.
@@ -69,7 +71,7 @@ from typing import Any, cast
 
 import aiohttp
 from kubernetes_asyncio import config
-from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, DiscoveryV1Api
+from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 logger = logging.getLogger("process-node")
@@ -126,7 +128,6 @@ class ServiceProxies:
 
     def __init__(self, api: ApiClient) -> None:
         self.core = CoreV1Api(api)
-        self.discovery = DiscoveryV1Api(api)
         self.pool = AddressPool(SERVICE_ADDRESSES)
         self.addresses: dict[tuple[str, str], str] = {}
         self.servers: list[asyncio.Server] = []
@@ -156,17 +157,26 @@ class ServiceProxies:
         return handle
 
     async def _endpoint(self, namespace: str, name: str, port_name: str | None, target: Any) -> tuple[str, int] | None:
-        slices = await self.discovery.list_namespaced_endpoint_slice(
-            namespace, label_selector=f"kubernetes.io/service-name={name}"
-        )
+        """A ready endpoint of the Service port: the EndpointSlice controller refuses loopback addresses, so
+        the endpoints are computed here as it would: Ready pods matching the selector, the target port
+        resolved by number or by container port name."""
+        service = await self.core.read_namespaced_service(name, namespace)
+        selector = ",".join(f"{k}={v}" for k, v in (service.spec.selector or {}).items())
+        if not selector:
+            return None
+        pods = await self.core.list_namespaced_pod(namespace, label_selector=selector)
         choices: list[tuple[str, int]] = []
-        for item in slices.items:
-            port = next((p.port for p in item.ports or [] if p.name == port_name or len(item.ports) == 1), None)
-            if port is None and isinstance(target, int):
-                port = target
-            for endpoint in item.endpoints or []:
-                if port is not None and (endpoint.conditions is None or endpoint.conditions.ready is not False):
-                    choices.extend((address, port) for address in endpoint.addresses)
+        for pod in pods.items:
+            ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+            if not ready or not pod.status.pod_ip or pod.metadata.deletion_timestamp:
+                continue
+            port = target if isinstance(target, int) else None
+            for container in pod.spec.containers:
+                for declared in container.ports or []:
+                    if declared.name == target:
+                        port = declared.container_port
+            if port is not None:
+                choices.append((pod.status.pod_ip, port))
         return random.choice(choices) if choices else None
 
     async def _forward(
@@ -378,15 +388,20 @@ class ProcessNode:
             running.fallback_to_logs = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
             env["MCPTASKS_TERMINATION_MESSAGE_PATH"] = str(running.message_file)
             project = bool(PROJECT_IMAGE.match(running.image))
-            command = container.get("command") or ([sys.executable, "-m", "mcp_tasks.cli"] if project else [])
-            argv = [*command, *container.get("args", [])]
-            if argv and argv[0] in ("python", "python3"):
-                argv[0] = sys.executable  # this machine's interpreter stands in for the image's
             if project:
                 mounts = [*mounts, (IMAGE_WORKDIR, str(REPO))]
-            rewrite = await self._rewriter(meta["namespace"], running, mounts, [*argv, *env.values()])
-            argv = [rewrite(arg) for arg in argv]
-            env = {name: rewrite(value) for name, value in env.items()}
+            declared_argv = [*container.get("command", []), *container.get("args", [])]
+            declared = {item["name"] for item in container.get("env", [])}
+            rewrite = await self._rewriter(
+                meta["namespace"], running, mounts, [*declared_argv, *(env.get(name, "") for name in declared)]
+            )
+            # only what the pod declares is seen from inside the pod; the node's own values stay as they are
+            argv = [rewrite(arg) for arg in declared_argv]
+            env = {name: rewrite(value) if name in declared else value for name, value in env.items()}
+            if project and not container.get("command"):
+                argv = [sys.executable, "-m", "mcp_tasks.cli", *argv]  # the image's entrypoint, `mcptasks`
+            if argv and argv[0] in ("python", "python3"):
+                argv[0] = sys.executable  # this machine's interpreter stands in for the image's
             workdir = container.get("workingDir") or (IMAGE_WORKDIR if project else "")
             cwd = rewrite(workdir) if workdir else None
             probe = (container.get("readinessProbe") or {}).get("httpGet")
@@ -585,8 +600,8 @@ class ProcessNode:
             env["KUBECONFIG"] = str(kubeconfig)
         fields = {"metadata.name": meta["name"], "metadata.namespace": meta["namespace"], "status.podIP": running.ip}
         for item in container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
+            if "value" in item or not item.get("valueFrom"):
+                env[item["name"]] = item.get("value", "")
                 continue
             source = item.get("valueFrom") or {}
             if "secretKeyRef" in source:

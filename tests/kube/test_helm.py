@@ -142,18 +142,24 @@ def test_the_users_ci_workflow_passes_actionlint(control_plane: ControlPlane) ->
 
 
 def gateway_urls(plane: ControlPlane, namespace: str, service: str) -> list[str]:
-    """`http://<pod address>:<port>/mcp` of every ready endpoint of the gateway Service."""
-    slices = json.loads(
-        plane.kubectl(
-            "get", "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}", "-o", "json"
-        )
-    )
+    """`http://<pod address>:<port>/mcp` of every ready endpoint of the gateway Service.
+
+    Computed as the EndpointSlice controller would (Ready pods matching the selector, the named target
+    port), since it refuses the process node's loopback pod addresses.
+    """
+    spec = json.loads(plane.kubectl("get", "service", service, "-n", namespace, "-o", "json"))["spec"]
+    selector = ",".join(f"{key}={value}" for key, value in spec["selector"].items())
+    target = spec["ports"][0]["targetPort"]
+    pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))["items"]
     urls: list[str] = []
-    for item in slices["items"]:
-        port = item["ports"][0]["port"]
-        for endpoint in item.get("endpoints") or []:
-            if (endpoint.get("conditions") or {}).get("ready"):
-                urls.extend(f"http://{address}:{port}/mcp" for address in endpoint["addresses"])
+    for pod in pods:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        if not ready or pod["metadata"].get("deletionTimestamp") or not pod["status"].get("podIP"):
+            continue
+        ports = {p.get("name"): p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        port = ports[target] if isinstance(target, str) else target
+        urls.append(f"http://{pod['status']['podIP']}:{port}/mcp")
     return sorted(urls)
 
 
@@ -166,14 +172,15 @@ async def wait_for_urls(plane: ControlPlane, namespace: str, service: str, count
 
 
 def release_objects(plane: ControlPlane, namespace: str) -> set[str]:
-    """`kind/name` of the release's Deployments, Services, Pods, ServiceAccounts, Roles and policies."""
+    """`kind/name` of the release's Deployments, Services, Pods, ServiceAccounts, Roles and policies
+    (not the tool pods, which carry the release's instance label for its NetworkPolicy)."""
     out = plane.kubectl(
         "get",
         "deployments,services,pods,serviceaccounts,roles,rolebindings,networkpolicies,poddisruptionbudgets",
         "-n",
         namespace,
         "-l",
-        "app.kubernetes.io/instance=r",
+        "app.kubernetes.io/instance=r,app.kubernetes.io/component!=tool-run",  # tool pods belong to their Jobs
         "-o",
         "name",
     )
@@ -275,5 +282,6 @@ async def test_helm_install_upgrade_and_uninstall(control_plane: ControlPlane, t
     assert not remaining
     kept = plane.kubectl("get", "mcptasks,jobs,pvc", "-n", namespace, "-o", "name")
     assert f"mcptask.mcptasks.io/{task_id}" in kept and f"mcptask.mcptasks.io/{waiting}" in kept
+    assert f"job.batch/mcptask-{waiting}" in kept
     assert "persistentvolumeclaim/r-mcp-tasks-data" in kept
     assert "mcptasks.mcptasks.io" in plane.kubectl("get", "crds", "-o", "name")

@@ -1,6 +1,7 @@
-"""The least-privilege Roles in deploy/kubernetes/rbac.yaml are enough to run the product, and no more.
+"""The Helm chart's least-privilege Roles are enough to run the product, and no more.
 
-The gateway and the operator run with real ServiceAccount tokens (TokenRequest) bound to those Roles.
+The chart's `templates/rbac.yaml`, rendered by the real `helm template`, is applied to a fresh namespace;
+the gateway and the operator then run with real ServiceAccount tokens (TokenRequest) bound to those Roles.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import aiohttp
 
 from tests.controlplane.cluster import REPO, ControlPlane
 from tests.kube.conftest import Gateways, Operators, client
+
+CHART = REPO / "charts" / "mcp-tasks"
 
 
 def account_kubeconfig(plane: ControlPlane, namespace: str, account: str, folder: Path) -> Path:
@@ -54,10 +57,20 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    rbac = (REPO / "deploy" / "kubernetes" / "rbac.yaml").read_text().replace("mcp-tasks", namespace)
+    rbac = control_plane.helm(
+        "template",
+        "r",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--show-only",
+        "templates/rbac.yaml",
+        "--set",
+        "auth.existingSecret=tokens",
+    )
     control_plane.kubectl("apply", "-f", "-", input_text=rbac)
-    gateway_config = account_kubeconfig(control_plane, namespace, "mcptasks-gateway", tmp_path)
-    operator_config = account_kubeconfig(control_plane, namespace, "mcptasks-operator", tmp_path)
+    gateway_config = account_kubeconfig(control_plane, namespace, "r-mcp-tasks-gateway", tmp_path)
+    operator_config = account_kubeconfig(control_plane, namespace, "r-mcp-tasks-operator", tmp_path)
 
     assert not can(control_plane, gateway_config, "create", "jobs")
     assert not can(control_plane, gateway_config, "get", "secrets")
