@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from mcp_tasks import gateway
 from mcp_tasks.cli.serve import LINGERING_TIME_S, build_app
 from mcp_tasks.cli.settings import ServeSettings, Settings, validate
 from mcp_tasks.gateway.context import Services
@@ -171,7 +172,7 @@ class Embedded:
 
 async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
     app, runner = build_app(settings)
-    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, lingering_time=LINGERING_TIME_S)
+    web_runner = gateway.create_runner(app, shutdown_timeout_s=2, lingering_time_s=LINGERING_TIME_S)
     await web_runner.setup()
     await web.TCPSite(web_runner, "127.0.0.1", 0).start()
     port = web_runner.addresses[0][1]

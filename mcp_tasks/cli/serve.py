@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from mcp_tasks import __version__
+from mcp_tasks import __version__, gateway
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
@@ -91,7 +91,7 @@ async def run_until_signalled(app: web.Application, settings: Settings, where: s
 
     `where` is a second banner line (data folder, cluster namespace, ...).
     """
-    web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, lingering_time=LINGERING_TIME_S)
+    web_runner = gateway.create_runner(app, shutdown_timeout_s=5, lingering_time_s=LINGERING_TIME_S)
     await web_runner.setup()
     site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
     await site.start()

@@ -34,6 +34,22 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "not ready: the task and tool caches are not synced"}, status=503)
 
 
+def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_time_s: float) -> web.AppRunner:
+    """The `AppRunner` every gateway is served by (`mcptasks serve`, `mcptasks gateway`, the tests).
+
+    aiohttp's request decompression is off: the transport undoes `Content-Encoding` itself, bounded by
+    the body limit, so a body that lies about its coding gets a JSON error instead of aiohttp's plain
+    text, and a compression bomb stops at the limit. No access log (requests are logged at DEBUG).
+    """
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout_s,
+        lingering_time=lingering_time_s,
+        auto_decompress=False,
+    )
+
+
 def create_app(
     services: Services,
     authenticator: Authenticator,

@@ -13,6 +13,9 @@ class GatewaySettings:
         server_name: `serverInfo.name` stamped on every result's `_meta`.
         server_version: `serverInfo.version`.
         max_body_bytes: largest POST body accepted, in bytes (default 1 MiB); larger → 413 with -32600.
+            Counted after `Content-Encoding` is undone, so a compressed body cannot expand past it.
+        body_read_timeout_s: longest time to receive a whole POST body, in seconds (default 30: a 1 MiB
+            body over a slow link); a body still incomplete then gets 408 and the connection is closed.
         allowed_origins: extra `Origin` values accepted besides loopback origins (which are accepted when
             `loopback_only`); any other `Origin` gets 403 (DNS-rebinding protection).
         loopback_only: the server is bound to loopback: also reject a `Host` that is not loopback.
@@ -27,6 +30,7 @@ class GatewaySettings:
     server_name: str = "mcp-tasks"
     server_version: str = "0.1.0"
     max_body_bytes: int = 1024 * 1024
+    body_read_timeout_s: float = 30.0
     allowed_origins: frozenset[str] = frozenset()
     loopback_only: bool = True
     list_page_size: int = 100

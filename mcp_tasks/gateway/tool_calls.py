@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp_tasks.gateway import request_state
 from mcp_tasks.gateway.context import RequestContext
-from mcp_tasks.protocol import constants
+from mcp_tasks.protocol import constants, inputs
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
 from mcp_tasks.tasks import transitions
@@ -93,7 +93,8 @@ def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObje
     """Return an `InputRequiredResult` while `inputBeforeTask` answers are missing, else `None`.
 
     Raises:
-        InvalidParams: `inputResponses` is not an object, or `requestState` fails verification (-32602).
+        InvalidParams: `inputResponses` is not an object, an answer does not fit the request it answers
+            (SEP-2322 `InputResponse`; the message names the key), or `requestState` fails verification (-32602).
         MissingRequiredClientCapability: the client declared none of the capabilities the requests need.
     """
     responses: Any = ctx.params.get("inputResponses")
@@ -112,6 +113,10 @@ def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObje
         and all(isinstance(responses.get(key), dict) and "action" in responses[key] for key in wanted)
     )
     if answered:
+        for key, request in wanted.items():
+            problem = inputs.response_problem(request.method, responses[key])
+            if problem is not None:
+                raise InvalidParams(f"Invalid params: inputResponses[{key!r}] {problem}")
         return None
     requests: JsonObject = {}
     missing_caps: JsonObject = {}

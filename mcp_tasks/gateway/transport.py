@@ -1,16 +1,21 @@
 """Streamable HTTP (stateless, MCP 2026-07-28) on `POST /mcp`: the only place that speaks HTTP.
 
-Per POST: `Origin`/`Host` check (403) → bounded body (413) → JSON (-32700) → one JSON-RPC message
-(-32600) → notification? 202 → authentication (401) → `_meta`/headers/version (-32602/-32020/-32022)
+Per POST: `Origin`/`Host` check (403) → authentication on headers (401) → body within its size, time
+and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → one JSON-RPC message (-32600;
+array params or lone surrogates in params -32602) → notification? 202 → `_meta`/headers/version (-32602/-32020/-32022)
 → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405; `Mcp-Session-Id`
 and `Last-Event-ID` are ignored. One mapper turns every exception into an error object.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
 import logging
-from typing import Final
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -19,12 +24,21 @@ from mcp_tasks.gateway import dispatch, listen
 from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InternalError, InvalidParams, InvalidRequest, JsonObject, ProtocolError
+from mcp_tasks.protocol.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    JsonObject,
+    ParseError,
+    ProtocolError,
+    ServiceUnavailable,
+)
 from mcp_tasks.protocol.headers import validate_envelope
 from mcp_tasks.protocol.jsonrpc import (
     RequestId,
     decode_body,
     error_response,
+    may_escape_surrogates,
     parse_message,
     peek_request_id,
     result_response,
@@ -32,6 +46,7 @@ from mcp_tasks.protocol.jsonrpc import (
 from mcp_tasks.tasks.errors import (
     InvalidInputResponse,
     StoreUnavailable,
+    TaskError,
     TaskNotFound,
     UnstorableValue,
     VersionConflict,
@@ -42,6 +57,8 @@ logger = logging.getLogger("mcp_tasks.gateway")
 SERVICES_KEY: Final = web.AppKey("services", Services)
 AUTHENTICATOR_KEY: Final = web.AppKey("authenticator", Authenticator)
 _LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+_CONTENT_CODINGS: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+"""Content codings a body may arrive in (RFC 9110 §8.4); `_BodyDecoder` undoes gzip and deflate."""
 
 
 def _json(body: JsonObject, status: int = 200) -> web.Response:
@@ -62,83 +79,205 @@ def _host_only(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
+def _is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address literal (any of 127.0.0.0/8, `::1`, bracketed or not)."""
+    if host in _LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _origin_allowed(request: web.Request, services: Services) -> bool:
+    """The DNS-rebinding check (Streamable HTTP §Security): `Host` on loopback, then `Origin`.
+
+    An `Origin` that is not a parseable URL (`http://[`) is simply not an allowed origin.
+    """
     settings = services.settings
     origin = request.headers.get("Origin")
-    if settings.loopback_only and _host_only(request.headers.get("Host", "localhost")) not in _LOOPBACK_HOSTS:
+    if settings.loopback_only and not _is_loopback(_host_only(request.headers.get("Host", "localhost"))):
         return False
     if origin is None or origin in settings.allowed_origins:
         return True
-    host = urlsplit(origin).hostname or ""
-    return settings.loopback_only and (host in _LOOPBACK_HOSTS or f"[{host}]" in _LOOPBACK_HOSTS)
+    try:
+        host = urlsplit(origin).hostname or ""
+    except ValueError:
+        return False
+    return settings.loopback_only and _is_loopback(host)
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """The whole body, or `None` when it exceeds `limit` bytes (declared or actual, chunked or not)."""
-    if (request.content_length or 0) > limit:
-        return None
+class BodyRefused(Exception):
+    """The POST body cannot be read as sent; carries the HTTP status and the JSON-RPC error to answer."""
+
+    def __init__(self, status: int, error: ProtocolError) -> None:
+        super().__init__(error.message)
+        self.status = status
+        self.error = error
+
+
+class _BodyDecoder:
+    """Undoes one `Content-Encoding` (gzip or deflate, RFC 9110 §8.4.1) with a bound on the decoded size.
+
+    aiohttp's own decompression is switched off (`create_runner`), so a body that is not what its
+    header says, or a compression bomb, is answered here as JSON instead of by aiohttp in plain text.
+    """
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        self._inflate: Any = None  # zlib's decompress object is untyped in typeshed's older stubs
+        self._started = False
+
+    def decode(self, chunk: bytes, budget_bytes: int) -> bytes:
+        """Decoded bytes of `chunk`, at most `budget_bytes + 1` (one more than allowed signals "too large").
+
+        Raises:
+            zlib.error: the bytes are not of the declared coding.
+        """
+        if self.coding in ("", "identity"):
+            return chunk
+        if not self._started and chunk:
+            self._started = True
+            # gzip has its own header (wbits 31); deflate is meant to be zlib-wrapped, but some clients
+            # send a raw stream: a zlib header has compression method 8 in its low nibble.
+            wbits = 31 if self.coding in ("gzip", "x-gzip") else (15 if chunk[0] & 0x0F == 8 else -15)
+            self._inflate = zlib.decompressobj(wbits=wbits)
+        if self._inflate is None:
+            return b""
+        return bytes(self._inflate.decompress(chunk, budget_bytes + 1))
+
+    def finish(self) -> bytes:
+        """What is left once the body ended; raises `zlib.error` when the stream was cut short."""
+        if self._inflate is None:
+            return b""
+        rest = bytes(self._inflate.flush())
+        if not self._inflate.eof:
+            raise zlib.error("the compressed stream ends early")
+        return rest
+
+
+async def _read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body after `Content-Encoding` is undone, within `limit` bytes and `timeout_s` seconds.
+
+    The limit counts decoded bytes (declared or actual, chunked or not), so a compressed body cannot
+    expand past it.
+
+    Raises:
+        BodyRefused: 415 for a content coding other than `gzip`, `deflate` or `identity`; 413 over the
+            limit; 400 (-32700) when the body is not what its `Content-Encoding` says; 408 after the timeout.
+    """
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in _CONTENT_CODINGS:
+        raise BodyRefused(
+            415,
+            InvalidRequest(f"Content-Encoding {coding!r} is not supported; send gzip, deflate or an uncompressed body"),
+        )
+    too_large = BodyRefused(413, InvalidRequest(f"Request body exceeds {limit} bytes; send less"))
+    if coding in ("", "identity") and (request.content_length or 0) > limit:
+        raise too_large
+    decoder = _BodyDecoder(coding)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_any():
+                decoded = decoder.decode(chunk, limit - size)
+                size += len(decoded)
+                if size > limit:
+                    raise too_large
+                chunks.append(decoded)
+        rest = decoder.finish()
+    except TimeoutError as exc:
+        raise BodyRefused(
+            408, InvalidRequest(f"Request body not received within {timeout_s:g}s; send the whole body promptly")
+        ) from exc
+    except zlib.error as exc:
+        raise BodyRefused(
+            400, ParseError(f"Parse error: the body is not valid {coding} data, as its Content-Encoding header says")
+        ) from exc
+    if size + len(rest) > limit:
+        raise too_large
+    chunks.append(rest)
     return b"".join(chunks)
 
 
+_DOMAIN_ERRORS: Final[dict[type[TaskError], Callable[[TaskError], ProtocolError]]] = {
+    TaskNotFound: lambda exc: InvalidParams("Failed to retrieve task: Task not found"),
+    InvalidInputResponse: lambda exc: InvalidParams(f"Invalid params: {exc}"),
+    UnstorableValue: lambda exc: InvalidParams(f"Invalid params: {exc}"),
+    VersionConflict: lambda exc: ServiceUnavailable("The task is being changed concurrently; retry the request"),
+    StoreUnavailable: lambda exc: ServiceUnavailable(f"The task store is unavailable ({exc}); retry the request"),
+}
+"""Domain error → JSON-RPC error (CONVENTIONS.md §Errors): a foreign task is the same -32602 as a missing one."""
+
+
 def map_exception(exc: Exception) -> ProtocolError:
-    """The one exception → JSON-RPC error mapper (CONVENTIONS.md §Errors)."""
+    """The one exception → JSON-RPC error mapper (CONVENTIONS.md §Errors).
+
+    Protocol errors pass through; domain errors map by `_DOMAIN_ERRORS`; anything else is logged with
+    its traceback and answered with a generic -32603.
+    """
     if isinstance(exc, ProtocolError):
         return exc
-    if isinstance(exc, TaskNotFound):
-        return InvalidParams("Failed to retrieve task: Task not found")
-    if isinstance(exc, InvalidInputResponse | UnstorableValue):
-        return InvalidParams(f"Invalid params: {exc}")
-    if isinstance(exc, VersionConflict):
-        return InternalError("The task is being changed concurrently; retry the request")
-    if isinstance(exc, StoreUnavailable):
-        logger.warning("task store unavailable: %s", exc)
-        return InternalError("The task store is unavailable; retry the request")
+    for kind, convert in _DOMAIN_ERRORS.items():
+        if isinstance(exc, kind):
+            if isinstance(exc, StoreUnavailable):
+                logger.warning("task store unavailable: %s", exc)
+            return convert(exc)
     logger.exception("unexpected error while handling a request", exc_info=exc)
     return InternalError("Internal error")
 
 
+def _unauthorized(reason: str) -> web.Response:
+    response = _error(None, InvalidRequest(f"Unauthorized: {reason}"), 401)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-tasks"'
+    response.force_close()  # the body was never read: do not reuse the connection
+    return response
+
+
 async def handle_post(request: web.Request) -> web.StreamResponse:
-    """Serve one JSON-RPC message POSTed to the MCP endpoint."""
+    """Serve one JSON-RPC message POSTed to the MCP endpoint.
+
+    Headers are judged before a byte of the body is read (Origin/Host 403, bearer token 401), so an
+    unauthenticated client cannot hold the server with a slow or large body. Every failure is a JSON
+    response: a JSON-RPC error object with the id when one could be read.
+    """
     services = request.app[SERVICES_KEY]
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
-    body = await _read_body(request, services.settings.max_body_bytes)
-    if body is None:
-        limit = services.settings.max_body_bytes
-        too_large = _error(None, InvalidRequest(f"Request body exceeds {limit} bytes; send less"), 413)
-        too_large.force_close()  # do not keep reading an oversized body on a kept-alive connection
-        return too_large
+    try:
+        owner = request.app[AUTHENTICATOR_KEY].authenticate(request.headers)
+    except Unauthenticated as exc:
+        return _unauthorized(str(exc))
+    settings = services.settings
+    try:
+        body = await _read_body(request, settings.max_body_bytes, settings.body_read_timeout_s)
+    except BodyRefused as refused:
+        response = _error(None, refused.error, refused.status)
+        response.force_close()  # do not keep reading a refused body on a kept-alive connection
+        return response
     request_id: RequestId | None = None
     try:
         payload = decode_body(body)
         request_id = peek_request_id(payload)
-        message = parse_message(payload)
+        message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
         if message.is_notification:
             return web.Response(status=202)
-        try:
-            owner = request.app[AUTHENTICATOR_KEY].authenticate(request.headers)
-        except Unauthenticated as exc:
-            response = _error(request_id, InvalidRequest(f"Unauthorized: {exc}"), 401)
-            response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-tasks"'
-            return response
         envelope = validate_envelope(request.headers, message)
+        ctx = RequestContext(message, envelope, owner, request.headers, services)
         if message.method == constants.METHOD_SUBSCRIPTIONS_LISTEN:
-            ctx = RequestContext(message, envelope, owner, request.headers, services)
             return await listen.listen(request, ctx)
         found = dispatch.route(message.method)
-        ctx = RequestContext(message, envelope, owner, request.headers, services)
         dispatch.gate(found, ctx)
         result = await found.handler(ctx)
     except Exception as exc:  # the one top-level mapper
-        return _error(request_id, map_exception(exc))
-    assert request_id is not None  # notifications returned above
+        error = map_exception(exc)
+        response = _error(request_id, error)
+        if isinstance(error, ServiceUnavailable):
+            response.headers["Retry-After"] = str(error.retry_after_s)
+        return response
+    if request_id is None:  # notifications returned above; parse_message guarantees an id otherwise
+        raise AssertionError("a request without an id reached the result path")
     return _json(result_response(request_id, result))
 
 

@@ -73,6 +73,22 @@ class InternalError(ProtocolError):
     code = jsonrpc.INTERNAL_ERROR
 
 
+class ServiceUnavailable(InternalError):
+    """-32603 with HTTP 503 and `Retry-After`: the task store cannot answer now; the request may be retried.
+
+    The message says what is unavailable and why (never a secret); `retry_after_s` goes in `Retry-After`.
+    """
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def http_status(self) -> int:
+        """Always 503 (RFC 9110 §15.6.4): the condition is temporary, unlike a generic -32603's 500."""
+        return 503
+
+
 class HeaderMismatch(ProtocolError):
     """-32020 (HTTP 400): a required header is missing, malformed, or disagrees with the body (SEP-2243)."""
 

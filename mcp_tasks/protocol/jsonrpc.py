@@ -8,10 +8,11 @@ Pure functions; the gateway calls them first on every POST.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from mcp_tasks.protocol.errors import InvalidRequest, JsonObject, ParseError, ProtocolError
+from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, ParseError, ProtocolError
 
 RequestId = str | int
 """JSON-RPC request id as MCP allows it: a string or an integer (never `null`)."""
@@ -46,40 +47,86 @@ def _finite_float(text: str) -> float:
 
 
 def decode_body(body: bytes) -> Any:
-    """Decode a POST body as JSON.
+    """Decode a POST body as JSON text in UTF-8 (RFC 8259 §8.1), strictly.
+
+    Strict means: bytes that are not UTF-8 (including encoded surrogates such as `ED A0 80`, which
+    Python's own `json.loads(bytes)` lets through) are refused, as are `NaN`/`Infinity` and numbers that
+    overflow a 64-bit float. A lone surrogate *escape* (backslash-u D800 to DFFF) is valid JSON syntax and is left to
+    `parse_message`, which names the field that holds it.
 
     Raises:
-        ParseError: the body is not UTF-8 JSON (RFC 8259: no `NaN`/`Infinity`, no number that overflows a
-            64-bit float), is nested too deeply, or escapes a lone surrogate (-32700).
+        ParseError: the body is not UTF-8, not JSON, or nested too deeply (-32700).
     """
     try:
-        payload = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParseError(
+            f"Parse error: the request body is not UTF-8 (invalid byte at offset {exc.start}); send UTF-8 JSON"
+        ) from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except ValueError as exc:
         raise ParseError("Parse error: the request body is not valid JSON") from exc
     except RecursionError as exc:
         raise ParseError("Parse error: the request body is nested too deeply") from exc
-    if b"\\ud" in body or b"\\uD" in body:  # only escapes can smuggle lone surrogates past the UTF-8 decoder
-        try:
-            json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ParseError("Parse error: the request body has an invalid Unicode escape (lone surrogate)") from exc
-    return payload
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(text: str) -> bool:
+    return _SURROGATE.search(text) is not None
+
+
+def may_escape_surrogates(body: bytes) -> bool:
+    """Cheap pre-check on the raw body: could it hold a surrogate escape (backslash-u D800 to DFFF)."""
+    return b"\\ud" in body or b"\\uD" in body
+
+
+def lone_surrogate_path(value: Any, path: str = "") -> str | None:
+    """Where in a decoded JSON value a string or key holds a lone UTF-16 surrogate, or `None`.
+
+    The path reads like the client's own access: `params.arguments.x[1]`. Only JSON escapes can
+    produce such strings once the body passed strict UTF-8 decoding; none can be stored or echoed.
+    """
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return where or "(root)"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _has_surrogate(key):
+                    return f"{where}.(key)" if where else "(key)"
+                stack.append((f"{where}.{key}" if where else key, child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{index}]", child) for index, child in enumerate(item))
+    return None
 
 
 def peek_request_id(payload: Any) -> RequestId | None:
     """Best-effort `id` of a payload that may be invalid, so an error response can echo it."""
     if isinstance(payload, dict):
         request_id = payload.get("id")
-        if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        if isinstance(request_id, str) and not _has_surrogate(request_id):
+            return request_id
+        if isinstance(request_id, int) and not isinstance(request_id, bool):
             return request_id
     return None
 
 
-def parse_message(payload: Any) -> Message:
+def parse_message(payload: Any, *, may_hold_surrogates: bool = True) -> Message:
     """Validate a decoded payload as a single JSON-RPC 2.0 request or notification.
 
+    `may_hold_surrogates=False` (from `may_escape_surrogates` on the raw body) skips the walk for lone
+    surrogates. `params` must be an object: JSON-RPC 2.0 §4.2 also allows an array (by-position), which no MCP method
+    takes, so an array is -32602; a string, number or boolean is no structured value at all (-32600).
+
     Raises:
-        InvalidRequest: a batch, a response, a missing/invalid `jsonrpc`, `method`, `id` or `params` (-32600).
+        InvalidRequest: a batch, a response, a missing/invalid `jsonrpc`, `method`, `id` or `params`, or a
+            lone surrogate escape outside `params` (-32600).
+        InvalidParams: `params` is an array, or holds a lone surrogate escape; the message names where (-32602).
     """
     if isinstance(payload, list):
         raise InvalidRequest(
@@ -102,8 +149,16 @@ def parse_message(payload: Any) -> Message:
     params = payload.get("params", {})
     if params is None:
         params = {}
+    if isinstance(params, list):
+        raise InvalidParams(f"Invalid params: {method} takes its params by name, as an object, not as an array")
     if not isinstance(params, dict):
         raise InvalidRequest('Invalid Request: "params" must be an object')
+    where = lone_surrogate_path(payload) if may_hold_surrogates else None
+    if where is not None:
+        problem = f"{where} holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is no Unicode character"
+        if where.startswith("params"):
+            raise InvalidParams(f"Invalid params: {problem}; send valid Unicode text")
+        raise InvalidRequest(f"Invalid Request: {problem}")
     return Message(request_id=request_id, method=method, params=params)
 
 

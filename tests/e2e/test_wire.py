@@ -43,7 +43,7 @@ async def test_invalid_envelopes_are_invalid_requests_that_echo_the_id(mcp: McpH
     for body in (
         {"jsonrpc": "1.0", "id": 7, "method": "tools/list"},
         {"jsonrpc": "2.0", "id": 7, "method": 12},
-        {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]},
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": "by-name"},
         {"jsonrpc": "2.0", "id": 7, "result": {}},
         "just a string",
     ):

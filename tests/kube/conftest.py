@@ -29,6 +29,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitRequestParams, ElicitResult
 
+from mcp_tasks import gateway
 from mcp_tasks.cli.gateway import build_gateway_app
 from mcp_tasks.cli.serve import LINGERING_TIME_S
 from mcp_tasks.cli.settings import KubernetesSettings, ServeSettings, Settings, validate
@@ -124,7 +125,7 @@ class Gateways:
         if tokens_file is not None:
             settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens_file))
         app = await build_gateway_app(settings)
-        web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, lingering_time=LINGERING_TIME_S)
+        web_runner = gateway.create_runner(app, shutdown_timeout_s=2, lingering_time_s=LINGERING_TIME_S)
         await web_runner.setup()
         self._runners.append(web_runner)
         await web.TCPSite(web_runner, "127.0.0.1", 0).start()

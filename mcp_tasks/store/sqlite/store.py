@@ -26,7 +26,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
-from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.owner import Owner
@@ -189,8 +189,9 @@ class SqliteTaskStore:
     def _row_values(self, record: TaskRecord, version: int) -> tuple[Any, ...]:
         body = _encode_body(record)
         if len(body) > self.max_row_bytes:
-            raise ResultTooLarge(
-                f"task {record.task_id}: record of {len(body)} bytes exceeds the store limit of {self.max_row_bytes}"
+            raise UnstorableValue(
+                f"the task's arguments, answers and state would take {len(body)} bytes, too large for the task "
+                f"store's limit of {self.max_row_bytes} bytes per task: send less data, or a reference to it"
             )
         return (
             record.task_id,

@@ -1,0 +1,155 @@
+"""Every defect a client can send gets a documented 4xx and, where an id could be read, a JSON-RPC error.
+
+Our choice, from the crash-only review: nothing a client sends may answer 5xx or plain text. Each test
+here is one defect class found by fault injection against the embedded server, on a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mcp_types import jsonrpc
+
+from mcp_tasks.protocol import constants
+from tests.conftest import Embedded, McpHttp, server_settings, start_embedded
+
+HEADERS = {
+    "Content-Type": "application/json",
+    constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
+    constants.HEADER_METHOD: "tools/list",
+}
+CALL_HEADERS = {**HEADERS, constants.HEADER_METHOD: "tools/call", constants.HEADER_NAME: "sleeper"}
+
+
+def body_of(mcp: McpHttp, method: str = "tools/list", params: dict[str, Any] | None = None, **extra: Any) -> str:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**(params or {}), "_meta": mcp.envelope({})}, **extra}
+    )
+
+
+async def test_an_origin_that_is_not_a_url_is_403_json_not_a_crash(mcp: McpHttp) -> None:
+    for origin in ("http://[", "http://[::1", "://", "http://a:b:c", "http://[zz]:1", "null"):
+        reply = await mcp.post(body_of(mcp), {**HEADERS, "Origin": origin})
+        assert reply.status == 403, (origin, reply.status, reply.body)
+        assert reply.error["code"] == jsonrpc.INVALID_REQUEST
+
+
+async def test_raw_surrogate_bytes_are_a_parse_error_everywhere(mcp: McpHttp) -> None:
+    """RFC 8259 §8.1: JSON text exchanged between systems is UTF-8; `ED A0 80` is not UTF-8 (RFC 3629)."""
+    surrogate = b"\xed\xa0\x80"
+    in_id = b'{"jsonrpc":"2.0","id":"a' + surrogate + b'","method":"tools/list","params":{}}'
+    reply = await mcp.post(in_id, HEADERS)
+    assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR)
+    in_args = body_of(mcp, "tools/call", {"name": "sleeper", "arguments": {"x": "SURROGATE"}}).encode()
+    reply = await mcp.post(in_args.replace(b"SURROGATE", surrogate), CALL_HEADERS)
+    assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR)
+    assert "UTF-8" in reply.error["message"]
+
+
+async def test_a_lone_surrogate_escape_is_invalid_params_naming_the_field(mcp: McpHttp) -> None:
+    """`"\\ud800"` is valid JSON syntax (RFC 8259 §7) but no Unicode string: -32602 naming where it is."""
+    body = body_of(mcp, "tools/call", {"name": "sleeper", "arguments": {"x": ["ok", "a\ud800b"]}})
+    reply = await mcp.post(body, CALL_HEADERS)
+    assert (reply.status, reply.error["code"]) == (400, jsonrpc.INVALID_PARAMS)
+    assert "params.arguments.x[1]" in reply.error["message"]
+    in_id = body_of(mcp).replace('"id": 7', '"id": "\\udc00"')
+    reply = await mcp.post(in_id, HEADERS)
+    assert reply.status == 400 and reply.body["id"] is None
+    assert reply.error["code"] == jsonrpc.INVALID_REQUEST
+
+
+async def test_params_that_are_an_array_are_invalid_params_not_an_invalid_request(mcp: McpHttp) -> None:
+    """JSON-RPC 2.0 §4.2 allows by-position params; MCP methods take an object, so -32602 (not -32600)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": []})
+    reply = await mcp.post(body, HEADERS)
+    assert (reply.status, reply.body["id"], reply.error["code"]) == (400, 3, jsonrpc.INVALID_PARAMS)
+    for params in ('"x"', "1", "true"):
+        reply = await mcp.post(f'{{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{params}}}', HEADERS)
+        assert (reply.status, reply.error["code"]) == (400, jsonrpc.INVALID_REQUEST), params
+
+
+async def test_a_body_that_is_not_what_its_content_encoding_says_is_400_json(mcp: McpHttp) -> None:
+    body = body_of(mcp).encode()
+    reply = await mcp.post(b"definitely not gzip", {**HEADERS, "Content-Encoding": "gzip"})
+    assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR)
+    assert "Content-Encoding" in reply.error["message"]
+    truncated = gzip.compress(body)[:-12]
+    reply = await mcp.post(truncated, {**HEADERS, "Content-Encoding": "gzip"})
+    assert reply.status == 400 and "error" in reply.body
+    reply = await mcp.post(body, {**HEADERS, "Content-Encoding": "br;q=1, zstd"})
+    assert reply.status in (400, 415) and "error" in reply.body
+    ok = await mcp.post(gzip.compress(body), {**HEADERS, "Content-Encoding": "gzip"})
+    assert ok.status == 200 and "tools" in ok.result
+
+
+async def test_a_gzip_bomb_is_413_not_a_memory_spike(mcp: McpHttp, embedded: Embedded) -> None:
+    limit = embedded.services.settings.max_body_bytes
+    bomb = gzip.compress(b" " * (limit * 4))
+    reply = await mcp.post(bomb, {**HEADERS, "Content-Encoding": "gzip"})
+    assert reply.status == 413 and reply.error["code"] == jsonrpc.INVALID_REQUEST
+
+
+async def test_a_pre_creation_answer_of_the_wrong_shape_is_invalid_params(mcp: McpHttp) -> None:
+    first = await mcp.call_tool("confirmed", {})
+    state = first.result["requestState"]
+    for action in ([1], {"a": 1}, 3, None, True):
+        answer = {"confirm": {"action": action}}
+        reply = await mcp.call_tool("confirmed", {}, extra={"inputResponses": answer, "requestState": state})
+        assert reply.status == 400 and reply.error["code"] == jsonrpc.INVALID_PARAMS, (action, reply.body)
+        assert "confirm" in reply.error["message"]
+
+
+async def test_a_record_over_the_store_limit_is_invalid_params_naming_the_limit(mcp: McpHttp) -> None:
+    """Arguments and an answer that fit the body limit each, but not one stored record together."""
+    task_id = await mcp.start_task("asker", {"pad": "p" * 900_000})
+    await mcp.wait_status(task_id, "input_required")
+    pending = (await mcp.get(task_id)).result["inputRequests"]
+    key = next(iter(pending))
+    answer = {"action": "accept", "content": {"answer": "a" * 900_000}}
+    reply = await mcp.update(task_id, {key: answer})
+    assert reply.status == 400 and reply.error["code"] == jsonrpc.INVALID_PARAMS, reply.body
+    assert "too large" in reply.error["message"] and "bytes" in reply.error["message"]
+    assert key in (await mcp.get(task_id)).result["inputRequests"], "a refused answer leaves the request pending"
+    await mcp.cancel(task_id)
+
+
+async def test_a_half_sent_body_is_cut_off_after_the_read_timeout(embedded: Embedded) -> None:
+    host, port = embedded.url.removeprefix("http://").split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+    writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: 1000\r\n\r\n{{".encode())
+    await writer.drain()
+    try:
+        async with asyncio.timeout(embedded.services.settings.body_read_timeout_s + 5):
+            status_line = await reader.readline()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert b" 408 " in status_line
+
+
+async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n")
+    settings = server_settings(tmp_path / "data")
+    server, web_runner = await start_embedded(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
+    try:
+        host, port = server.url.removeprefix("http://").split("/")[0].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+        writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: 100000\r\n\r\n{{".encode())
+        await writer.drain()
+        try:
+            async with asyncio.timeout(5):
+                status_line = await reader.readline()
+        finally:
+            writer.close()
+            await writer.wait_closed()
+        assert b" 401 " in status_line
+    finally:
+        await web_runner.cleanup()
