@@ -9,8 +9,10 @@ reached a terminal state is never changed again.
 - New task → its Secret and Job (409 is success: adopted, never duplicated).
 - `spec.cancelRequested` → the Job is deleted with background propagation (pods get SIGTERM and their
   grace period); the task becomes `cancelled` once no pod of it runs, unless it finished first.
-- Job `Complete` without a posted result → `completed` with `isError: true` and the termination message.
-- Job `Failed`/`FailureTarget` (deadline exceeded, retries exhausted) → `failed` with a JSON-RPC error.
+- Job `Complete`, or `Failed` with its retries exhausted, without a posted result → `completed` with
+  `isError: true`, the exit code and the termination message (`results.exited_without_result`, the same
+  outcome as the embedded runner's).
+- Job `Failed` otherwise (deadline exceeded, ...) → `failed` with a JSON-RPC error.
 - A pod that cannot start within `start_deadline_s` → `failed`, and its Job deleted.
 - Expiry: finished tasks past `createdAt + ttlMs` are deleted (Job and Secret go with them through
   their owner references; artifacts explicitly); running tasks keep a `ttlMs` that covers them.
@@ -33,11 +35,10 @@ from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, build_secret, obje
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
-from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, transact
 from mcp_tasks.tasks.record import TaskRecord
-from mcp_tasks.tasks.results import error_result
 
 logger = logging.getLogger("mcp_tasks.operator")
 
@@ -219,20 +220,17 @@ class Reconciler:
         pods = await self._pods(task_id)
         ended = [t for t in (observe.termination(p) for p in pods) if t is not None]
         last = ended[-1] if ended else None
-        detail = f": {_tail(last.message)}" if last and last.message else ""
-        if outcome.kind == "succeeded":
-            text = f"Tool {record.tool!r} exited without posting a result{detail}"
-            result = error_result(text)
-            await self._change(task_id, lambda r, now: transitions.complete(r, result, now), "completed without result")
-            return
         tool = self.catalog.get_tool(record.tool)
+        if outcome.kind == "succeeded" or outcome.reason == "BackoffLimitExceeded":
+            # The tool ran and ended without posting a result: the one outcome rule of every executor.
+            output = _tail(last.message) if last and last.message else ""
+            result = results.exited_without_result(record.tool, last.exit_code if last else None, output)
+            await self._change(task_id, lambda r, now: transitions.complete(r, result, now), "ended without result")
+            return
+        detail = f": {_tail(last.message)}" if last and last.message else ""
         if outcome.reason == "DeadlineExceeded":
             limit = f" of {tool.execution.max_run_time_seconds:g}s" if tool else ""
             message = f"Tool {record.tool!r} exceeded its maximum run time{limit} and was stopped"
-        elif outcome.reason == "BackoffLimitExceeded":
-            code = f" with exit code {last.exit_code}" if last else ""
-            runs = len(ended) or 1
-            message = f"Tool {record.tool!r} failed{code} ({runs} run{'s' if runs > 1 else ''}){detail}"
         else:
             message = f"Tool {record.tool!r}: Job failed ({outcome.reason}: {outcome.message}){detail}"
         await self._change(task_id, _failing(message), f"failed: {outcome.reason}")

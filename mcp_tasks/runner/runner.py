@@ -28,7 +28,7 @@ from mcp_types import jsonrpc
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runtime import contract
-from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InputNeeded, TaskStore, ToolCatalog, transact
 from mcp_tasks.tasks.owner import Owner
@@ -56,12 +56,6 @@ async def first_of(*waits: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def exited_without_result(tool: ToolSpec, code: int, stderr_tail: str) -> JsonObject:
-    """The `isError` result of a tool process that exited without posting one: exit code and stderr tail."""
-    text = f"Tool {tool.name!r} exited with code {code} without a result"
-    return error_result(f"{text}. stderr (last lines):\n{stderr_tail}" if stderr_tail else text)
 
 
 def failing(message: str) -> Transition:
@@ -328,7 +322,7 @@ class LocalRunner:
         code = await process.wait()
         if execution.outcome.done():
             return
-        result = exited_without_result(tool, code, process.stderr_tail())
+        result = results.exited_without_result(tool.name, code, process.stderr_tail())
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
 
@@ -401,7 +395,7 @@ class LocalRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await exited
             if not execution.outcome.done():
-                return exited_without_result(tool, exited.result(), process.stderr_tail())
+                return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
             if isinstance(outcome, AskedForInput):
                 raise InputNeeded(tool.name)

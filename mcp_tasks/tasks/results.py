@@ -22,6 +22,25 @@ def error_result(text: str) -> JsonObject:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+def exited_without_result(tool_name: str, exit_code: int | None, output_tail: str) -> JsonObject:
+    """The one outcome of a tool process that ended without posting a result, in every executor.
+
+    The tool ran and ended, so this is the tool's own outcome: the task becomes `completed` with this
+    `isError: true` result (SEP-1303: the model can read why), never `failed`, which is kept for what the
+    tool never saw (could not start, deadline, lost run). Same text on the embedded runner and on
+    Kubernetes; docs/tool-runtime.md states the rule.
+
+    Args:
+        tool_name: the tool's MCP name.
+        exit_code: the process's exit code (negative: the signal that ended it), `None` when unknown.
+        output_tail: the end of what it wrote (stderr locally, the termination message or log tail on
+            Kubernetes); empty when there is none.
+    """
+    how = f"exited with code {exit_code}" if exit_code is not None else "ended"
+    text = f"Tool {tool_name!r} {how} without a result"
+    return error_result(f"{text}. Its last output:\n{output_tail}" if output_tail else text)
+
+
 def encode(result: JsonObject) -> bytes:
     """Compact UTF-8 JSON of a result, as it would be stored."""
     return json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()

@@ -92,11 +92,13 @@ async def test_tool_error_completes_with_is_error_and_protocol_error_fails(mcp: 
 
 
 async def test_a_tool_that_exits_without_a_result_completes_with_its_stderr_tail(mcp: McpHttp) -> None:
+    """The one outcome rule (docs/tool-runtime.md), the same text as on Kubernetes (tests/kube/test_operator.py)."""
     task_id = await mcp.start_task("crasher")
     done = await mcp.wait_status(task_id, "completed", "failed")
     assert done["status"] == "completed" and done["result"]["isError"] is True
     text = done["result"]["content"][0]["text"]
-    assert "exited with code 3" in text and "the disk is on fire" in text
+    assert text.startswith("Tool 'crasher' exited with code 3 without a result. Its last output:\n")
+    assert "the disk is on fire" in text
 
 
 async def test_a_task_past_its_maximum_run_time_fails(mcp: McpHttp) -> None:

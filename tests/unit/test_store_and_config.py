@@ -36,6 +36,24 @@ async def test_store_is_wal_with_full_sync_and_cas_rejects_stale_writes(tmp_path
             await store.get(created.task_id, Owner("a", "someone-else"))
 
 
+async def test_a_foreign_task_is_refused_without_reading_its_body(tmp_path: Path) -> None:
+    """Owner first (our rule, ARCHITECTURE.md §Ownership): the owner check needs none of the payload, so a
+    foreign task costs what an unknown id costs whatever its size. Shown without a clock: with its body
+    overwritten by bytes that do not decode, another principal still gets the plain `TaskNotFound`."""
+    tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
+    path = tmp_path / "t.sqlite3"
+    async with SqliteTaskStore(path) as store:
+        owner = Owner("acme", "alice")
+        created = await store.create(transitions.new_task(mint_task_id(), owner, tool, {"pad": "x" * 900_000}, NOW))
+        await store._w.execute("UPDATE tasks SET body = ? WHERE task_id = ?", (b"\xff not a record", created.task_id))
+        for intruder in (Owner("acme", "bob"), Owner("evil", "alice")):
+            with pytest.raises(TaskNotFound):
+                await store.get(created.task_id, intruder)
+        with pytest.raises(Exception) as decoded:  # the owner's read does decode, and so trips on the bytes
+            await store.get(created.task_id, owner)
+        assert not isinstance(decoded.value, TaskNotFound)
+
+
 async def test_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite3"
     async with SqliteTaskStore(path) as store:

@@ -50,6 +50,12 @@ class _Entry:
     record: TaskRecord | None = None  # decoded lazily, once per resourceVersion
 
 
+def _owned_by(obj: JsonObject, owner: Owner) -> bool:
+    """Tell whether the McpTask `obj` belongs to `owner`, reading only `spec.owner` (no full decode)."""
+    stored = (obj.get("spec") or {}).get("owner") or {}
+    return bool(stored.get("tenant") == owner.tenant and stored.get("subject") == owner.subject)
+
+
 def _newer(candidate: JsonObject, current: JsonObject | None) -> bool:
     """Tell whether `candidate` is at least as new as `current`.
 
@@ -196,10 +202,16 @@ class KubernetesTaskStore:
     async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
         """Read from the cache, or from the API server on a miss; foreign, expired and missing look alike.
 
+        Alike in timing too: an unknown id costs an authoritative GET (a cache miss must not answer "not
+        found" by itself), so a cached task of another owner costs one as well before it is refused.
+
         Raises:
             TaskNotFound: no such McpTask, another owner's, or expired.
         """
         entry = self._cache.get(task_id)
+        if entry is not None and owner is not None and not _owned_by(entry.obj, owner):
+            await self._fetch(task_id)  # a foreign task costs what an unknown id costs: one authoritative read
+            raise TaskNotFound(task_id)
         if entry is None:
             entry = await self._fetch(task_id)
         if entry is None:

@@ -221,13 +221,21 @@ class SqliteTaskStore:
         return _replace_version(record, 1)
 
     async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
-        """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`."""
-        rows = await self._r.execute_fetchall(f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
+        """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`.
+
+        The owner is part of the query (`tenant`/`subject` columns, apart from the body), so another
+        principal's task is one primary-key lookup that matches nothing, exactly like an unknown id:
+        its body, whatever its size, is never read or decoded (no timing tell).
+        """
+        if owner is None:
+            query, args = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)
+        else:
+            query = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND tenant = ? AND subject = ?"
+            args = (task_id, owner.tenant, owner.subject)
+        rows = await self._r.execute_fetchall(query, args)
         if not rows:
             raise TaskNotFound(task_id)
         record = _decode_row(next(iter(rows)))
-        if owner is not None and record.owner != owner:
-            raise TaskNotFound(task_id)
         if owner is not None and record.is_expired(self.clock()):
             raise TaskNotFound(task_id)
         return record
