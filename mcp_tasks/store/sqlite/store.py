@@ -227,6 +227,7 @@ class SqliteTaskStore:
         principal's task is one primary-key lookup that matches nothing, exactly like an unknown id:
         its body, whatever its size, is never read or decoded (no timing tell).
         """
+        args: tuple[str, ...]
         if owner is None:
             query, args = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)
         else:
