@@ -29,7 +29,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import results, transitions
-from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InputNeeded, TaskStore, ToolCatalog, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -45,6 +45,12 @@ _OUTCOME_UNKNOWN: Final = (
     "The worker running this task was lost (server restart or crash) and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
+
+
+_STORE_RETRY_FIRST_S: Final = 0.1
+"""First wait before retrying a write the task store refused as unavailable, in seconds (then doubling)."""
+_STORE_RETRY_MAX_S: Final = 5.0
+"""Longest wait between such retries, in seconds."""
 
 
 async def first_of(*waits: Awaitable[object]) -> None:
@@ -161,6 +167,8 @@ class LocalRunner:
                 await self._claim_runnable()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable as exc:
+                logger.warning("claim pass skipped: task store unavailable (%s)", exc)
             except Exception:
                 logger.exception("claim pass failed; retrying")
             # New tasks wake us only while there is room to run them; freed capacity always does.
@@ -267,31 +275,49 @@ class LocalRunner:
             self.executions.remove(execution)
 
     async def _watch(self, task_id: str, tool: ToolSpec, exited: asyncio.Task[int]) -> str:
-        """Renew the lease until the process exits, cancel is requested, or the deadline passes."""
+        """Renew the lease until the process exits, cancel is requested, or the deadline passes.
+
+        While the task store cannot answer (`StoreUnavailable`: disk full, read-only file system) the tool
+        keeps running: reads and renewals are retried with back-off (0.1 s doubling up to a third of the
+        lease), since nothing else can take the lease over a store that cannot write either.
+        """
         deadline = self.clock() + timedelta(seconds=tool.execution.max_run_time_seconds)
         renew_every = self.settings.lease_duration_s / 3
         next_renew = self.clock() + timedelta(seconds=renew_every)
+        backoff_s = _STORE_RETRY_FIRST_S
         while True:
             now = self.clock()
             if exited.done():
                 return "exited"
             if now >= deadline:
                 return "deadline"
-            record = await self.store.get(task_id)
-            if record.status.is_terminal:
-                return "finished"
-            if record.cancel_requested_at is not None:
-                return "cancel"
-            if now >= next_renew:
-                await transact(
-                    self.store,
+            try:
+                record = await self.store.get(task_id)
+                if record.status.is_terminal:
+                    return "finished"
+                if record.cancel_requested_at is not None:
+                    return "cancel"
+                if now >= next_renew:
+                    await transact(
+                        self.store,
+                        task_id,
+                        lambda r: (
+                            transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
+                            None,
+                        ),
+                    )
+                    next_renew = now + timedelta(seconds=renew_every)
+            except StoreUnavailable as exc:
+                logger.warning(
+                    "task %s: task store unavailable (%s); the tool keeps running, retrying in %.1fs",
                     task_id,
-                    lambda r: (
-                        transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
-                        None,
-                    ),
+                    exc,
+                    backoff_s,
                 )
-                next_renew = now + timedelta(seconds=renew_every)
+                await first_of(asyncio.sleep(backoff_s), asyncio.shield(exited))
+                backoff_s = min(backoff_s * 2, renew_every)
+                continue
+            backoff_s = _STORE_RETRY_FIRST_S
             until = min(deadline, next_renew) - now
             await first_of(
                 self.store.wait_for_change(max(until.total_seconds(), 0.01), task_id), asyncio.shield(exited)
@@ -332,8 +358,16 @@ class LocalRunner:
                 return record, None
             return change(record, self.clock()), None
 
-        with contextlib.suppress(TaskNotFound):
-            await transact(self.store, task_id, apply)
+        backoff_s = _STORE_RETRY_FIRST_S
+        while True:  # the outcome is known: keep it until the store can take it (or the runner stops)
+            try:
+                with contextlib.suppress(TaskNotFound):
+                    await transact(self.store, task_id, apply)
+                return
+            except StoreUnavailable as exc:
+                logger.warning("task %s: cannot record the outcome yet (%s); retry in %.1fs", task_id, exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, _STORE_RETRY_MAX_S)
 
     async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolProcess) -> None:
         """The server is stopping: stop the tool; a non-idempotent task's outcome is now unknown."""
@@ -413,6 +447,8 @@ class LocalRunner:
                 await self.sweep_expired(self.clock())
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable as exc:
+                logger.warning("expiry sweep skipped: task store unavailable (%s)", exc)
             except Exception:
                 logger.exception("expiry sweep failed; retrying")
             await asyncio.sleep(self.settings.sweep_interval_s)

@@ -19,6 +19,25 @@ from mcp_tasks.tasks.results import artifact_uri
 _SAFE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+def _write_durably(folder: Path, name: str, data: bytes) -> None:
+    """Write `folder/name` atomically: a temporary file, fsync, rename (blocking; call in a thread)."""
+    temporary = folder / f".{name}.tmp"
+    with temporary.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(folder / name)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder to disk (fsync) so the renames in it survive a power loss (POSIX; blocking)."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class FileArtifactStore:
     """An `ArtifactStore` on the local file system.
 
@@ -41,6 +60,7 @@ class FileArtifactStore:
 
         Raises:
             ValueError: `name` is not a safe file name, or `data` exceeds `max_bytes`.
+            OSError: the file system refused the write (full, read-only); nothing is left half-written.
         """
         if not _SAFE.match(name):
             raise ValueError(f"invalid artifact name {name!r}")
@@ -50,13 +70,11 @@ class FileArtifactStore:
 
         def write() -> None:
             folder.mkdir(parents=True, exist_ok=True)
-            temporary = folder / f".{name}.tmp"
-            with temporary.open("wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            (folder / f"{name}.mime").write_text(mime_type, encoding="utf-8")
-            temporary.replace(folder / name)
+            # The MIME type is as durable as the data: both written, fsynced and renamed into place, the
+            # side file first, then the folder fsynced, so the artifact never appears without its type.
+            _write_durably(folder, f"{name}.mime", mime_type.encode("utf-8"))
+            _write_durably(folder, name, data)
+            _fsync_folder(folder)
 
         await asyncio.to_thread(write)
         return artifact_uri(task_id, name)

@@ -8,6 +8,7 @@ semantics live in `WorkerChannel` (worker.channel); this module only speaks HTTP
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
@@ -15,6 +16,7 @@ from aiohttp import web
 from mcp_tasks.protocol import jsonrpc
 from mcp_tasks.protocol.errors import ParseError
 from mcp_tasks.runtime import contract
+from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution, ExecutionLookup
 
@@ -22,6 +24,7 @@ logger = logging.getLogger("mcp_tasks.worker")
 
 EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionLookup)
 CHANNEL_KEY: Final = web.AppKey("channel", WorkerChannel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _execution(request: web.Request) -> Execution:
@@ -115,9 +118,28 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+@web.middleware
+async def _storage_faults(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Storage trouble is temporary for a tool: 503 with `Retry-After`, which the runtime retries with back-off.
+
+    A task store that cannot write (`StoreUnavailable`: disk full, read-only, API server down) or an
+    artifact that cannot be written (`OSError`) must not turn into a 500 that makes the tool give up.
+    """
+    try:
+        return await handler(request)
+    except StoreUnavailable as exc:
+        logger.warning("worker API: task store unavailable: %s", exc)
+        return web.Response(status=503, headers={"Retry-After": "1"}, text=f"task store unavailable: {exc}")
+    except OSError as exc:
+        logger.warning("worker API: artifact store cannot write: %s", exc)
+        return web.Response(
+            status=503, headers={"Retry-After": "1"}, text=f"artifact store cannot write: {exc.strerror or exc}"
+        )
+
+
 def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
     """The worker API application (the embedded runner serves it on 127.0.0.1 only), plus `GET /healthz`."""
-    app = web.Application(client_max_size=max_body_bytes)
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_storage_faults])
     app[EXECUTIONS_KEY] = executions
     app[CHANNEL_KEY] = channel
     base = "/v1/executions/{execution_id}"

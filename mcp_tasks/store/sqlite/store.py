@@ -11,11 +11,12 @@ cursors on the shared read connection would keep its WAL snapshot alive and hide
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -26,7 +27,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
-from mcp_tasks.tasks.errors import TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.owner import Owner
@@ -212,10 +213,11 @@ class SqliteTaskStore:
     async def create(self, record: TaskRecord) -> TaskRecord:
         """Insert and commit (fsync) a new record; return it at version 1."""
         values = self._row_values(record, 1)
-        try:
-            await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
-        except sqlite3.IntegrityError as exc:
-            raise VersionConflict(f"task {record.task_id} already exists") from exc
+        with _backend("write"):
+            try:
+                await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
+            except sqlite3.IntegrityError as exc:
+                raise VersionConflict(f"task {record.task_id} already exists") from exc
         self._feed.changed((record.task_id,))
         self._feed.created()
         return _replace_version(record, 1)
@@ -233,7 +235,8 @@ class SqliteTaskStore:
         else:
             query = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND tenant = ? AND subject = ?"
             args = (task_id, owner.tenant, owner.subject)
-        rows = await self._r.execute_fetchall(query, args)
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(query, args)
         if not rows:
             raise TaskNotFound(task_id)
         record = _decode_row(next(iter(rows)))
@@ -242,38 +245,47 @@ class SqliteTaskStore:
         return record
 
     async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
-        """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed."""
+        """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed.
+
+        Raises:
+            VersionConflict: the record changed since it was read. TaskNotFound: it is gone.
+            UnstorableValue: the record is over `max_row_bytes`. StoreUnavailable: SQLite cannot write.
+        """
         stored = int(record.version)
         values = self._row_values(record, stored + 1)
-        cursor = await self._w.execute(
-            "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, ttl_ms=?, "
-            "expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? WHERE task_id=? AND version=?",
-            (*values[1:], record.task_id, stored),
-        )
-        if cursor.rowcount == 0:
-            exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
-            if not exists:
-                raise TaskNotFound(record.task_id)
-            raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
+        with _backend("write"):
+            cursor = await self._w.execute(
+                "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, "
+                "ttl_ms=?, expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? "
+                "WHERE task_id=? AND version=?",
+                (*values[1:], record.task_id, stored),
+            )
+            if cursor.rowcount == 0:
+                exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
+                if not exists:
+                    raise TaskNotFound(record.task_id)
+                raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
         self._feed.changed((record.task_id,))
         return _replace_version(record, stored + 1)
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
-        rows = await self._r.execute_fetchall(
-            f"SELECT {_COLUMNS} FROM tasks WHERE status IN {_NON_TERMINAL} "
-            "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
-            (to_epoch_ms(now), limit),
-        )
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM tasks WHERE status IN {_NON_TERMINAL} "
+                "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
+                (to_epoch_ms(now), limit),
+            )
         return [_decode_row(row) for row in rows]
 
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete terminal tasks past `created_at + ttl_ms`; return their ids."""
-        rows = await self._w.execute_fetchall(
-            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
-            "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
-            (to_epoch_ms(now), limit),
-        )
+        with _backend("write"):
+            rows = await self._w.execute_fetchall(
+                f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
+                "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
+                (to_epoch_ms(now), limit),
+            )
         deleted = [str(row[0]) for row in rows]
         if deleted:
             self._feed.changed(deleted)
@@ -292,8 +304,25 @@ class SqliteTaskStore:
 
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
-        rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
+        with _backend("read"):
+            rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
         return int(rows[0][0]) if rows else 0
+
+
+@contextlib.contextmanager
+def _backend(action: str) -> Iterator[None]:
+    """Translate SQLite's operational failures into `StoreUnavailable` at the store's edge.
+
+    Disk full, a read-only file system, an I/O error or a lock held past `busy_timeout` are conditions of
+    the machine, not of the request: the gateway answers them 503 with `Retry-After`, the runner retries.
+    Integrity errors are the caller's to handle and pass through.
+    """
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise
+    except sqlite3.DatabaseError as exc:  # OperationalError (full, read-only, I/O, locked) and kin
+        raise StoreUnavailable(f"the task database cannot {action}: {exc}") from exc
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:
