@@ -55,7 +55,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     store = SqliteTaskStore(data_dir / "tasks.sqlite3")
     catalog = FileToolCatalog(serve.tools_dirs)
     artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
-    runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner)
+    runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner, state_dir=data_dir)
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
     )

@@ -1,4 +1,4 @@
-"""One tool process: spawn the manifest's command, keep a bounded tail of its stderr, stop it gracefully.
+"""One tool process: spawn the manifest's command (or adopt one), keep its stderr bounded, stop it gracefully.
 
 The embedded runner's mapping from an McpTool container to a local process: `spec.container.command`
 is run in the manifest's folder (or `workingDir`), with `spec.container.env` and the runtime-contract
@@ -15,17 +15,22 @@ import logging
 import os
 import signal
 import sys
-from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from mcp_tasks.runner.identity import of as identity_of
+from mcp_tasks.runner.identity import signal_group
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.runner")
 
 STDERR_TAIL_BYTES: Final = 4096
-STDERR_DRAIN_S: Final = 0.5
+"""How much of a tool's stderr ends up in a result or message, in bytes."""
+STDERR_LOG_MAX_BYTES: Final = 1024 * 1024
+"""Largest stderr file kept per running tool, in bytes; `trim_log` cuts it back to its tail."""
+ADOPTED_POLL_S: Final = 0.2
+"""How often an adopted process (not our child: no exit notification) is checked for exit, in seconds."""
 _PASSTHROUGH_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
 
 
@@ -37,21 +42,68 @@ def command_for(tool: ToolSpec) -> list[str]:
     return command
 
 
+async def _wait_for_exit(pid: int, identity: str) -> None:
+    """Wait until process `pid` of `identity`, not our child, has exited (a pidfd where Linux has one)."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        descriptor = None
+    if descriptor is not None:
+        try:
+            if identity_of(pid) != identity:  # the pid was reused before we opened it: ours is gone
+                return
+            exited = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            loop.add_reader(descriptor, exited.set)  # a pidfd becomes readable when its process ends
+            try:
+                await exited.wait()
+            finally:
+                loop.remove_reader(descriptor)
+        finally:
+            os.close(descriptor)
+        return
+    while identity_of(pid) == identity:  # noqa: ASYNC110 - without a pidfd, polling is the only way
+        await asyncio.sleep(ADOPTED_POLL_S)
+
+
+async def stop_group(pid: int, identity: str, grace_s: float) -> None:
+    """SIGTERM the process group that `pid` (of `identity`) leads, wait `grace_s`, then SIGKILL; not our child."""
+    if not signal_group(pid, identity, signal.SIGTERM):
+        return
+    try:
+        async with asyncio.timeout(grace_s):
+            await _wait_for_exit(pid, identity)
+    except TimeoutError:
+        logger.warning("tool process %s ignored SIGTERM for %.1fs; killing it", pid, grace_s)
+        signal_group(pid, identity, signal.SIGKILL)
+        await _wait_for_exit(pid, identity)
+
+
 class ToolProcess:
     """A running tool process and the tail of what it wrote to stderr.
 
     Use `start()`, then `wait()`; `stop(grace_s)` sends SIGTERM to the process group, waits up to
-    `grace_s` seconds, then SIGKILL.
+    `grace_s` seconds, then SIGKILL. `ToolProcess.adopt` wraps a process a previous runner started
+    (after a crash), which this runner can watch and stop but not reap: its exit code is unknown.
+
+    stderr goes to `log_path`, a file and not a pipe, so a tool outlives a crash of the server that
+    started it (a write to a pipe without reader would fail) and a restarted server still has its
+    tail. `trim_log()` keeps the file under `STDERR_LOG_MAX_BYTES`.
     """
 
-    def __init__(self, tool: ToolSpec, extra_env: Mapping[str, str]) -> None:
+    def __init__(self, tool: ToolSpec, extra_env: Mapping[str, str], log_path: Path) -> None:
         self.tool = tool
         self.extra_env = dict(extra_env)
+        self.log_path = log_path
         self._process: asyncio.subprocess.Process | None = None
-        self._tail: deque[bytes] = deque()
-        self._tail_size = 0
-        self._drain: asyncio.Task[None] | None = None
-        self._stderr_transport: asyncio.ReadTransport | None = None
+        self._adopted: tuple[int, str] | None = None  # (pid, identity) of a process we did not start
+
+    @classmethod
+    def adopt(cls, tool: ToolSpec, pid: int, identity: str, log_path: Path) -> ToolProcess:
+        """A handle on live process `pid` (of `identity`) that a previous runner started for `tool`."""
+        process = cls(tool, {}, log_path)
+        process._adopted = (pid, identity)
+        return process
 
     async def start(self) -> None:
         """Spawn the process.
@@ -67,9 +119,8 @@ class ToolProcess:
         cwd = container.working_dir or self.tool.base_dir
         if cwd is not None and self.tool.base_dir is not None:
             cwd = str(Path(self.tool.base_dir, cwd))
-        # stderr goes through a pipe of our own, not asyncio's: asyncio's Process.wait() also waits for
-        # its pipes to close, which a child that escaped the process group could postpone forever.
-        read_fd, write_fd = os.pipe()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *command_for(self.tool),
@@ -77,58 +128,65 @@ class ToolProcess:
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=write_fd,
+                stderr=log_fd,
                 start_new_session=True,
             )
-        except BaseException:
-            os.close(read_fd)
-            raise
         finally:
-            os.close(write_fd)
-        reader = asyncio.StreamReader()
-        self._stderr_transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
-        )
-        self._drain = asyncio.create_task(self._read_stderr(reader), name=f"stderr-{self._process.pid}")
+            os.close(log_fd)
 
     @property
     def pid(self) -> int | None:
-        """The process id, once started."""
+        """The process id, once started (or adopted)."""
+        if self._adopted is not None:
+            return self._adopted[0]
         return None if self._process is None else self._process.pid
 
-    async def _read_stderr(self, reader: asyncio.StreamReader) -> None:
-        while chunk := await reader.read(1024):
-            self._tail.append(chunk)
-            self._tail_size += len(chunk)
-            while self._tail_size - len(self._tail[0]) >= STDERR_TAIL_BYTES:
-                self._tail_size -= len(self._tail.popleft())
+    def trim_log(self) -> None:
+        """Keep the stderr file bounded: past `STDERR_LOG_MAX_BYTES`, keep only its last `STDERR_TAIL_BYTES`."""
+        with contextlib.suppress(OSError):
+            if self.log_path.stat().st_size > STDERR_LOG_MAX_BYTES:
+                tail = self._read_tail()
+                with self.log_path.open("r+b") as handle:
+                    handle.truncate(0)
+                    handle.write(tail)  # the tool appends (O_APPEND): its next writes land after this
+
+    def _read_tail(self) -> bytes:
+        with self.log_path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - STDERR_TAIL_BYTES))
+            return handle.read()
 
     def stderr_tail(self) -> str:
-        """The last ≤4 KiB of stderr, decoded leniently."""
-        return b"".join(self._tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
+        """The last ≤4 KiB of stderr, decoded leniently ("" when there is none)."""
+        try:
+            return self._read_tail().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
 
-    async def wait(self) -> int:
-        """Wait for exit and return the exit code (negative: killed by that signal).
+    def discard_log(self) -> None:
+        """Delete the stderr file once the run is concluded."""
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
 
-        Then stop whatever the tool left behind in its process group, and read what is left of stderr
-        for at most `STDERR_DRAIN_S` (a child that escaped the group may hold the pipe open forever).
+    async def wait(self) -> int | None:
+        """Wait for exit and return the exit code (negative: killed by that signal; `None`: adopted, unknown).
+
+        Then stop whatever the tool left behind in its process group.
         """
+        if self._adopted is not None:
+            await _wait_for_exit(*self._adopted)
+            return None
         if self._process is None:
             raise RuntimeError("process not started")
         code = await self._process.wait()
         self._signal_group(signal.SIGKILL)
-        if self._drain is not None:
-            done, _ = await asyncio.wait({self._drain}, timeout=STDERR_DRAIN_S)
-            if not done:
-                self._drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._drain
-        if self._stderr_transport is not None:
-            self._stderr_transport.close()
         return code
 
     def _signal(self, signum: int) -> None:
-        if self._process is not None and self._process.returncode is None:
+        if self._adopted is not None:
+            signal_group(*self._adopted, signum)
+        elif self._process is not None and self._process.returncode is None:
             self._signal_group(signum)
 
     def _signal_group(self, signum: int) -> None:
@@ -136,18 +194,23 @@ class ToolProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signum)
 
+    def _exited(self) -> bool:
+        if self._adopted is not None:
+            return identity_of(self._adopted[0]) != self._adopted[1]
+        return self._process is None or self._process.returncode is not None
+
     async def stop(self, grace_s: float) -> None:
-        """SIGTERM the process group, wait `grace_s` seconds, then SIGKILL; return once it has exited and is reaped."""
-        if self._process is None:
+        """SIGTERM the process group, wait `grace_s` seconds, then SIGKILL; return once it has exited."""
+        if self._process is None and self._adopted is None:
             return
-        if self._process.returncode is not None:
+        if self._exited():
             await self.wait()
             return
         self._signal(signal.SIGTERM)
         try:
             async with asyncio.timeout(grace_s):
-                await self._process.wait()
+                await self.wait()
         except TimeoutError:
-            logger.warning("tool process %s ignored SIGTERM for %.1fs; killing it", self._process.pid, grace_s)
+            logger.warning("tool process %s ignored SIGTERM for %.1fs; killing it", self.pid, grace_s)
             self._signal(signal.SIGKILL)
         await self.wait()

@@ -13,31 +13,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Final
 
 from aiohttp import web
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.runner.process import ToolProcess
+from mcp_tasks.runner import identity
+from mcp_tasks.runner.process import ToolProcess, stop_group
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InputNeeded, TaskStore, ToolCatalog, transact
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import Transition, WorkerChannel
-from mcp_tasks.worker.executions import AskedForInput, Execution, ExecutionTable, Finished
+from mcp_tasks.worker.executions import AskedForInput, Execution, ExecutionPending, ExecutionTable, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -62,6 +68,34 @@ async def first_of(*waits: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _load_worker_key(state_dir: Path) -> bytes:
+    """The runner's worker key from `<state_dir>/worker.key` (created, mode 0600, on first use)."""
+    path = state_dir / "worker.key"
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = b""
+    if len(key) >= 32:
+        return key
+    state_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(key)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return key
+
+
+def _read_port(path: Path | None) -> int:
+    """The worker port a previous runner recorded, or 0 (any free port)."""
+    try:
+        text = path.read_text().strip() if path is not None else ""
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else 0
 
 
 def failing(message: str) -> Transition:
@@ -107,6 +141,7 @@ class LocalRunner:
         artifacts: ArtifactStore,
         clock: Clock,
         settings: RunnerSettings,
+        state_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.catalog = catalog
@@ -120,21 +155,40 @@ class LocalRunner:
         self._loops: list[asyncio.Task[None]] = []
         self._web_runner: web.AppRunner | None = None
         self._base_url = ""
+        self._port = 0
         self._capacity_freed = asyncio.Event()
+        # Where runs survive this process: the worker key (tokens a restarted runner can verify), the
+        # worker port (tools keep calling it) and each run's stderr file. Without a state folder runs
+        # are not adoptable: a temporary folder holds the stderr files and the key lives in memory.
+        self._state_dir = state_dir
+        self._runs_dir = (state_dir / "runs") if state_dir is not None else Path(tempfile.mkdtemp(prefix="mcptasks-"))
+        self._worker_key = _load_worker_key(state_dir) if state_dir is not None else secrets.token_bytes(32)
 
     @property
     def _lease(self) -> timedelta:
         return timedelta(seconds=self.settings.lease_duration_s)
 
     async def start(self) -> None:
-        """Serve the worker API on a free loopback port, then start the claim and sweep loops."""
-        app = create_worker_app(self.executions, self.channel, self.settings.artifact_max_bytes + 64 * 1024)
+        """Serve the worker API on loopback, then start the claim and sweep loops.
+
+        With a state folder the port is the one the previous runner used, when it is free, so the tools
+        that outlived it reach this runner and can be adopted; otherwise any free port.
+        """
+        app = create_worker_app(self, self.channel, self.settings.artifact_max_bytes + 64 * 1024)
         # A tool's long-poll must not hold up shutdown: cancel handlers whose tool is gone, wait ≤1 s.
         self._web_runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
         await self._web_runner.setup()
-        site = web.TCPSite(self._web_runner, "127.0.0.1", 0)
-        await site.start()
+        port_file = None if self._state_dir is None else self._state_dir / "worker-port"
+        previous = _read_port(port_file)
+        try:
+            await web.TCPSite(self._web_runner, "127.0.0.1", previous).start()
+        except OSError:
+            logger.warning("worker port %s is taken; tools of a previous run cannot be adopted", previous)
+            await web.TCPSite(self._web_runner, "127.0.0.1", 0).start()
         port = self._web_runner.addresses[0][1]
+        self._port = port
+        if port_file is not None:
+            port_file.write_text(str(port))
         self._base_url = f"http://127.0.0.1:{port}/v1/executions"
         self._loops = [
             asyncio.create_task(self._claim_loop(), name="runner-claim"),
@@ -158,6 +212,98 @@ class LocalRunner:
                 logger.error("task supervisor %s did not stop in time", task.get_name())
         if self._web_runner is not None:
             await self._web_runner.cleanup()
+        if self._state_dir is None:
+            await asyncio.to_thread(shutil.rmtree, self._runs_dir, True)  # the temporary stderr folder
+
+    # ---------------------------------------------------------------- worker API lookup and adoption
+
+    def _token_for(self, execution_id: str) -> str:
+        """The worker token of a task run: derived from the worker key, so a restarted runner can verify it."""
+        return hmac.new(self._worker_key, execution_id.encode(), hashlib.sha256).hexdigest()
+
+    def _task_execution(self, record: TaskRecord, execution_id: str) -> Execution:
+        tool = self.catalog.get_tool(record.tool)
+        return Execution(
+            tool=tool,
+            arguments=record.arguments,
+            task_id=record.task_id,
+            attempt=record.attempt,
+            pre_input_responses=record.pre_input_responses,
+            execution_id=execution_id,
+            token=self._token_for(execution_id),
+        )
+
+    async def resolve(self, execution_id: str, token: str) -> Execution | None:
+        """`ExecutionLookup` for the worker API: a run of this runner, or one a crashed runner left behind.
+
+        A call from a tool whose runner crashed carries a token this runner can verify (same worker key);
+        its run is adopted on the spot when its process still runs (docs/design.md §7).
+
+        Raises:
+            ExecutionPending: the run is being set up or taken over; the tool should retry (503).
+        """
+        found = self.executions.find(execution_id, token)
+        if found is not None:
+            return found
+        task_id, _, attempt = execution_id.rpartition(".")
+        if not task_id or not attempt.isdigit():
+            return None
+        if not hmac.compare_digest(token.encode(), self._token_for(execution_id).encode()):
+            return None
+        if task_id in self._supervisors:
+            raise ExecutionPending(execution_id)
+        try:
+            record = await self.store.get(task_id)
+        except TaskNotFound:
+            return None
+        running = None if record.lease is None else record.lease.process
+        if record.status.is_terminal or running is None or running.execution_id != execution_id:
+            return None
+        assert record.lease is not None  # running is not None
+        holder_alive = identity.holder_is_alive(record.lease.holder)
+        if holder_alive or (holder_alive is None and record.lease.expires_at > self.clock()):
+            return None  # a live runner holds it; not ours to take
+        tool = self.catalog.get_tool(record.tool)
+        if tool is None or record.cancel_requested_at is not None:
+            return None  # the claim loop stops it and settles the task
+        try:
+            adopted = await self._adopt(record, tool, running)
+        except (VersionConflict, IllegalTransition) as exc:
+            raise ExecutionPending(execution_id) from exc
+        if adopted is None:
+            return None
+        return self.executions.find(execution_id, token)
+
+    async def _adopt(self, record: TaskRecord, tool: ToolSpec, running: LeaseProcess) -> TaskRecord | None:
+        """Take over a run whose process outlived its runner; `None` when it cannot be adopted.
+
+        Raises:
+            VersionConflict: another runner changed the task first.
+        """
+        if running.worker_port != self._port or not identity.is_alive(running.pid, running.identity):
+            return None
+        retention_ms = tool.execution.ttl_ms
+        adopted = await self.store.compare_and_swap(
+            transitions.adopt(record, self.holder, self.clock(), self._lease, retention_ms)
+        )
+        execution = self._task_execution(adopted, running.execution_id)
+        self.executions.add(execution)
+        self._supervisors[adopted.task_id] = asyncio.create_task(
+            self._supervise(adopted, running, execution), name=f"task-{adopted.task_id}"
+        )
+        logger.warning(
+            "task %s: adopted %s (pid %s) left running by a previous runner", adopted.task_id, tool.name, running.pid
+        )
+        return adopted
+
+    async def _stop_orphan(self, record: TaskRecord, tool: ToolSpec | None) -> None:
+        """Stop a live process of a run that cannot be adopted, before the restart rules decide its task."""
+        running = None if record.lease is None else record.lease.process
+        if running is None or not identity.is_alive(running.pid, running.identity):
+            return
+        grace = tool.execution.cancel_grace_seconds if tool else self.settings.shutdown_grace_s
+        logger.warning("task %s: stopping pid %s left running by a previous runner", record.task_id, running.pid)
+        await stop_group(running.pid, running.identity, grace)
 
     # ---------------------------------------------------------------- claiming
 
@@ -188,16 +334,30 @@ class LocalRunner:
                 continue
             claimed = await self._claim(record)
             if claimed is not None:
+                execution = self._task_execution(claimed, f"{claimed.task_id}.{claimed.attempt}")
                 self._supervisors[claimed.task_id] = asyncio.create_task(
-                    self._supervise(claimed), name=f"task-{claimed.task_id}"
+                    self._supervise(claimed, None, execution), name=f"task-{claimed.task_id}"
                 )
 
     async def _claim(self, record: TaskRecord) -> TaskRecord | None:
-        """Take the lease, applying the restart rules; return the record to run, or None."""
+        """Take the lease, applying the restart rules; return the record to run, or None.
+
+        A run whose process outlived its runner is adopted (supervised here, not started again) when it
+        can be; otherwise that process is stopped first, then the rules apply as for a lost worker.
+        """
         now = self.clock()
         tool = self.catalog.get_tool(record.tool)
         retention_ms = tool.execution.ttl_ms if tool else record.ttl_ms
         try:
+            running = None if record.lease is None else record.lease.process
+            if (
+                running is not None
+                and tool is not None
+                and record.cancel_requested_at is None
+                and await self._adopt(record, tool, running) is not None
+            ):
+                return None  # supervised by _adopt
+            await self._stop_orphan(record, tool)
             if record.cancel_requested_at is not None:
                 await self.store.compare_and_swap(transitions.cancel(record, now))
                 return None
@@ -220,18 +380,11 @@ class LocalRunner:
 
     # ---------------------------------------------------------------- one task
 
-    async def _supervise(self, record: TaskRecord) -> None:
+    async def _supervise(self, record: TaskRecord, adopted: LeaseProcess | None, execution: Execution) -> None:
         tool = self.catalog.get_tool(record.tool)
-        assert tool is not None  # _claim checked
-        execution = Execution(
-            tool=tool,
-            arguments=record.arguments,
-            task_id=record.task_id,
-            attempt=record.attempt,
-            pre_input_responses=record.pre_input_responses,
-        )
+        assert tool is not None  # _claim and _adopt checked
         try:
-            await self._run_task(record, tool, execution)
+            await self._run_task(record, tool, execution, adopted)
         except asyncio.CancelledError:
             raise
         except LeaseLost:
@@ -243,22 +396,30 @@ class LocalRunner:
             self._supervisors.pop(record.task_id, None)
             self._capacity_freed.set()
 
-    async def _run_task(self, record: TaskRecord, tool: ToolSpec, execution: Execution) -> None:
-        process = ToolProcess(tool, self._contract_env(execution))
+    async def _run_task(
+        self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
+    ) -> None:
+        log_path = self._runs_dir / f"{execution.execution_id}.stderr"
+        if adopted is not None:
+            process = ToolProcess.adopt(tool, adopted.pid, adopted.identity, log_path)
+        else:
+            process = ToolProcess(tool, self._contract_env(execution), log_path)
         self.executions.add(execution)
         try:
-            try:
-                await process.start()
-            except OSError as exc:
-                message = f"cannot start tool {tool.name!r}: {exc.strerror or exc}"
-                await self._finish_if_running(record.task_id, failing(message))
-                return
-            logger.info(
-                "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
-            )
+            if adopted is None:
+                try:
+                    await process.start()
+                except OSError as exc:
+                    message = f"cannot start tool {tool.name!r}: {exc.strerror or exc}"
+                    await self._finish_if_running(record.task_id, failing(message))
+                    return
+                logger.info(
+                    "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
+                )
+                await self._record_process(record.task_id, process, execution)
             exited = asyncio.create_task(process.wait(), name=f"wait-{record.task_id}")
             try:
-                reason = await self._watch(record.task_id, tool, exited)
+                reason = await self._watch(record.task_id, tool, process, exited)
                 await self._conclude(record.task_id, tool, process, execution, reason)
             except asyncio.CancelledError:
                 await self._stop_on_shutdown(record.task_id, tool, process)
@@ -273,8 +434,21 @@ class LocalRunner:
                     await exited
         finally:
             self.executions.remove(execution)
+            process.discard_log()
 
-    async def _watch(self, task_id: str, tool: ToolSpec, exited: asyncio.Task[int]) -> str:
+    async def _record_process(self, task_id: str, process: ToolProcess, execution: Execution) -> None:
+        """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
+        pid = process.pid
+        known = None if pid is None else identity.of(pid)
+        if pid is None or known is None or self._state_dir is None:
+            return  # no identity (no /proc) or no state folder: this run cannot be adopted
+        running = LeaseProcess(pid=pid, identity=known, execution_id=execution.execution_id, worker_port=self._port)
+        try:
+            await transact(self.store, task_id, lambda r: (transitions.record_process(r, self.holder, running), None))
+        except StoreUnavailable as exc:
+            logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
+
+    async def _watch(self, task_id: str, tool: ToolSpec, process: ToolProcess, exited: asyncio.Task[int | None]) -> str:
         """Renew the lease until the process exits, cancel is requested, or the deadline passes.
 
         While the task store cannot answer (`StoreUnavailable`: disk full, read-only file system) the tool
@@ -291,6 +465,7 @@ class LocalRunner:
                 return "exited"
             if now >= deadline:
                 return "deadline"
+            process.trim_log()
             try:
                 record = await self.store.get(task_id)
                 if record.status.is_terminal:
@@ -404,7 +579,7 @@ class LocalRunner:
         execution = Execution(
             tool=tool, arguments=arguments, task_id=None, pre_input_responses=dict(pre_input_responses)
         )
-        process = ToolProcess(tool, self._contract_env(execution))
+        process = ToolProcess(tool, self._contract_env(execution), self._runs_dir / f"{execution.execution_id}.stderr")
         grace = tool.execution.cancel_grace_seconds
         self.executions.add(execution)
         try:
@@ -438,6 +613,7 @@ class LocalRunner:
             return error_result(str((outcome.error or {}).get("message", "tool failed")))
         finally:
             self.executions.remove(execution)
+            process.discard_log()
 
     # ---------------------------------------------------------------- expiry
 

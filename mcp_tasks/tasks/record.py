@@ -34,11 +34,30 @@ def from_epoch_ms(value: int) -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseProcess:
+    """Which local process runs the leased attempt, so a restarted runner can adopt it (embedded default).
+
+    `identity` tells this process apart from a later one that reuses the pid (on Linux the boot id and
+    the process's start time in clock ticks); `execution_id` addresses it on the worker API, whose
+    `worker_port` it was told to call.
+    """
+
+    pid: int
+    identity: str
+    execution_id: str
+    worker_port: int
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
-    """A worker's claim on a task: who holds it and until when (UTC). Renewed while the work runs."""
+    """A worker's claim on a task: who holds it and until when (UTC). Renewed while the work runs.
+
+    `process` is the local process running the attempt, once started (embedded runner only).
+    """
 
     holder: str
     expires_at: datetime
+    process: LeaseProcess | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks.errors import IllegalTransition, InvalidInputResponse, LeaseLost
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import Lease, TaskRecord, to_epoch_ms
+from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, to_epoch_ms
 from mcp_tasks.tasks.tools import ToolSpec
 
 ALLOWED: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
@@ -92,7 +92,36 @@ def renew(record: TaskRecord, holder: str, now: datetime, lease_duration: timede
         raise LeaseLost(f"task {record.task_id}: lease is no longer held by {holder}")
     return dataclasses.replace(
         record,
-        lease=Lease(holder=holder, expires_at=now + lease_duration),
+        lease=dataclasses.replace(record.lease, expires_at=now + lease_duration),  # keeps its `process`
+        ttl_ms=keep_alive_ttl(record, now, retention_ms),
+    )
+
+
+def record_process(record: TaskRecord, holder: str, process: LeaseProcess) -> TaskRecord:
+    """Note in `holder`'s lease which local process runs this attempt (so a restart can adopt it).
+
+    Raises:
+        LeaseLost: the lease is held by someone else, or the task already finished.
+    """
+    if record.lease is None or record.lease.holder != holder or record.status.is_terminal:
+        raise LeaseLost(f"task {record.task_id}: lease is no longer held by {holder}")
+    return dataclasses.replace(record, lease=dataclasses.replace(record.lease, process=process))
+
+
+def adopt(record: TaskRecord, holder: str, now: datetime, lease_duration: timedelta, retention_ms: int) -> TaskRecord:
+    """Give `holder` the lease of a run whose process outlived its previous holder; the attempt goes on.
+
+    Unlike `claim`, the attempt is not counted again and the lease keeps its `process`: the same run
+    continues under a new supervisor (embedded restart rule, docs/design.md §7).
+
+    Raises:
+        IllegalTransition: the task already finished, or its lease names no process to adopt.
+    """
+    if record.status.is_terminal or record.lease is None or record.lease.process is None:
+        raise IllegalTransition(f"task {record.task_id} has no running process to adopt")
+    return dataclasses.replace(
+        record,
+        lease=Lease(holder=holder, expires_at=now + lease_duration, process=record.lease.process),
         ttl_ms=keep_alive_ttl(record, now, retention_ms),
     )
 

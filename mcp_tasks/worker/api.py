@@ -18,7 +18,7 @@ from mcp_tasks.protocol.errors import ParseError
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
-from mcp_tasks.worker.executions import Execution, ExecutionLookup
+from mcp_tasks.worker.executions import Execution, ExecutionLookup, ExecutionPending
 
 logger = logging.getLogger("mcp_tasks.worker")
 
@@ -127,6 +127,8 @@ async def _storage_faults(request: web.Request, handler: Handler) -> web.StreamR
     """
     try:
         return await handler(request)
+    except ExecutionPending:
+        return web.Response(status=503, headers={"Retry-After": "1"}, text="execution not ready yet; retry")
     except StoreUnavailable as exc:
         logger.warning("worker API: task store unavailable: %s", exc)
         return web.Response(status=503, headers={"Retry-After": "1"}, text=f"task store unavailable: {exc}")

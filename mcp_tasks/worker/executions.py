@@ -64,11 +64,19 @@ class Execution:
         return True
 
 
+class ExecutionPending(Exception):
+    """The execution exists but is not ready to be served yet (being started or adopted): retry (503)."""
+
+
 class ExecutionLookup(Protocol):
     """How the worker API finds the execution a request addresses."""
 
     async def resolve(self, execution_id: str, token: str) -> Execution | None:
-        """The execution if `token` authorizes it, else `None` (unknown and unauthorized look alike)."""
+        """The execution if `token` authorizes it, else `None` (unknown and unauthorized look alike).
+
+        Raises:
+            ExecutionPending: it will be served shortly; the worker API answers 503 so the tool retries.
+        """
         ...
 
 

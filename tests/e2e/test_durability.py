@@ -101,27 +101,69 @@ async def test_a_task_handle_survives_kill_9_right_after_it_arrives(
     assert reply.result["taskId"] == task_id
 
 
-async def test_a_non_idempotent_task_whose_worker_died_fails_with_an_unknown_outcome(
+def tool_pids(task_id: str) -> list[int]:
+    """Pids of the live tool processes running `task_id` (found by the contract variable in their environment)."""
+    marker = f"MCPTASKS_TASK_ID={task_id}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+async def kill_tools(task_id: str) -> None:
+    for pid in tool_pids(task_id):
+        os.kill(pid, signal.SIGKILL)
+    async with asyncio.timeout(5):
+        while tool_pids(task_id):
+            await asyncio.sleep(0.05)
+
+
+async def test_a_running_tool_outlives_a_server_crash_and_is_adopted(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """Restart rule (ours, docs/design.md §7): a tool still running after kill -9 of its server is adopted
+    by the restarted server, runs once to its end, and its result lands; nothing is "outcome unknown"."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 3})
+    await mcp.wait_task(task_id, has_status_message)
+    (pid,) = tool_pids(task_id)
+    mcp = client(http_session, await restart_after_kill(server_process))
+    done = await mcp.wait_status(task_id, "failed", "completed", "cancelled", timeout_s=20)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "slept 3s on attempt 1", "the same run, not a second one"
+    assert tool_pids(task_id) == [] and pid not in tool_pids(task_id)
+
+
+async def test_a_non_idempotent_task_whose_tool_died_with_its_server_fails_with_an_unknown_outcome(
     server_process: ServerProcess, http_session: aiohttp.ClientSession
 ) -> None:
     """Lease rule (ours): the tool may have had side effects, so it is not re-run."""
     mcp = client(http_session, await server_process.start())
     task_id = await mcp.start_task("sleeper", {"seconds": 30})
     await mcp.wait_task(task_id, has_status_message)
-    mcp = client(http_session, await restart_after_kill(server_process))
+    await server_process.kill()
+    await kill_tools(task_id)
+    mcp = client(http_session, await server_process.start())
     done = await mcp.wait_status(task_id, "failed", "completed", "cancelled")
     assert done["status"] == "failed"
     assert "outcome is unknown" in done["statusMessage"]
     assert done["error"]["code"] == -32603
 
 
-async def test_an_idempotent_task_whose_worker_died_is_run_again(
+async def test_an_idempotent_task_whose_tool_died_with_its_server_is_run_again(
     server_process: ServerProcess, http_session: aiohttp.ClientSession
 ) -> None:
     mcp = client(http_session, await server_process.start())
     task_id = await mcp.start_task("sleeper_idempotent", {"seconds": 1})
     await mcp.wait_task(task_id, has_status_message)
-    mcp = client(http_session, await restart_after_kill(server_process))
+    await server_process.kill()
+    await kill_tools(task_id)
+    mcp = client(http_session, await server_process.start())
     done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=20)
     assert done["status"] == "completed"
     assert done["result"]["content"][0]["text"] == "slept 1s on attempt 2"

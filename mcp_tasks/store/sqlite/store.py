@@ -31,7 +31,7 @@ from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableVal
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import Lease, TaskRecord, from_epoch_ms, to_epoch_ms
+from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
 logger = logging.getLogger("mcp_tasks.store.sqlite")
 
@@ -64,8 +64,31 @@ def _encode_body(record: TaskRecord) -> str:
         "result": record.result,
         "error": record.error,
         "attempt": record.attempt,
+        "leaseProcess": None
+        if record.lease is None or record.lease.process is None
+        else _process_json(record.lease.process),
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _process_json(process: LeaseProcess) -> JsonObject:
+    return {
+        "pid": process.pid,
+        "identity": process.identity,
+        "executionId": process.execution_id,
+        "workerPort": process.worker_port,
+    }
+
+
+def _process_of(data: Any) -> LeaseProcess | None:
+    if not isinstance(data, dict):
+        return None
+    return LeaseProcess(
+        pid=int(data["pid"]),
+        identity=str(data["identity"]),
+        execution_id=str(data["executionId"]),
+        worker_port=int(data["workerPort"]),
+    )
 
 
 def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
@@ -91,7 +114,9 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         cancel_requested_by=data.get("cancelRequestedBy"),
         result=data.get("result"),
         error=data.get("error"),
-        lease=None if holder is None else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp)),
+        lease=None
+        if holder is None
+        else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp), process=_process_of(data.get("leaseProcess"))),
         attempt=data.get("attempt", 0),
         version=str(version),
     )
