@@ -473,14 +473,19 @@ class LocalRunner:
                 if record.cancel_requested_at is not None:
                     return "cancel"
                 if now >= next_renew:
-                    await transact(
-                        self.store,
-                        task_id,
-                        lambda r: (
-                            transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
-                            None,
-                        ),
-                    )
+                    try:
+                        await transact(
+                            self.store,
+                            task_id,
+                            lambda r: (
+                                transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
+                                None,
+                            ),
+                        )
+                    except LeaseLost:
+                        if (await self.store.get(task_id)).status.is_terminal:
+                            return "finished"  # the result landed between our read and the renewal
+                        raise
                     next_renew = now + timedelta(seconds=renew_every)
             except StoreUnavailable as exc:
                 logger.warning(

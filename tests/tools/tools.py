@@ -59,6 +59,17 @@ def forker(ctx: ToolContext) -> str:
     return "never"
 
 
+def ledger(ctx: ToolContext) -> str:
+    """Not idempotent: notes each run's start in a ledger file, works a while, then answers (chaos test)."""
+    with open(str(ctx.arguments["ledger"]), "a", encoding="utf-8") as book:
+        book.write(f"start {ctx.task_id} {ctx.attempt}\n")
+    end = time.monotonic() + float(ctx.arguments.get("seconds", 1))
+    while time.monotonic() < end:
+        ctx.report(f"working, {end - time.monotonic():.1f}s left")
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    return f"done {ctx.task_id}"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
@@ -70,6 +81,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "short_ttl": sleeper,
     "confirmed": confirmed,
     "forker": forker,
+    "ledger": ledger,
 }
 
 
