@@ -10,9 +10,12 @@ and watched), else 503.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from mcp_tasks.gateway import listen, transport
 from mcp_tasks.gateway.auth import Authenticator
@@ -34,13 +37,35 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "not ready: the task and tool caches are not synced"}, status=503)
 
 
+class _MalformedHttpFilter(logging.Filter):
+    """Keep a client's malformed HTTP (bad request line, header, chunk) out of aiohttp's ERROR log.
+
+    aiohttp answers such requests itself (400, before any handler) and logs each one with a traceback
+    that echoes the bytes sent: a cheap way for anyone to fill a disk. They are the client's errors,
+    shown only when `mcp_tasks.gateway` logs at DEBUG.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            return logging.getLogger("mcp_tasks.gateway").isEnabledFor(logging.DEBUG)
+        return True
+
+
+_MALFORMED_HTTP_FILTER: Final = _MalformedHttpFilter()
+
+
 def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_time_s: float) -> web.AppRunner:
     """The `AppRunner` every gateway is served by (`mcptasks serve`, `mcptasks gateway`, the tests).
 
     aiohttp's request decompression is off: the transport undoes `Content-Encoding` itself, bounded by
     the body limit, so a body that lies about its coding gets a JSON error instead of aiohttp's plain
-    text, and a compression bomb stops at the limit. No access log (requests are logged at DEBUG).
+    text, and a compression bomb stops at the limit. No access log (requests are logged at DEBUG), and
+    malformed HTTP from clients is not logged as a server error (`_MalformedHttpFilter`).
     """
+    server_log = logging.getLogger("aiohttp.server")
+    if _MALFORMED_HTTP_FILTER not in server_log.filters:
+        server_log.addFilter(_MALFORMED_HTTP_FILTER)
     return web.AppRunner(
         app,
         access_log=None,

@@ -76,7 +76,8 @@ class TokenFileAuthenticator:
         scheme, _, token = value.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("send Authorization: Bearer <token>")
-        digest = hashlib.sha256(token.strip().encode()).digest()
+        # surrogateescape: header bytes that are not UTF-8 (aiohttp passes them as surrogates) just fail to match
+        digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
         for known, owner in self._owners.items():
             if hmac.compare_digest(known, digest):
                 return owner

@@ -65,9 +65,9 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-    await response.prepare(request)
     shutdown = request.app[SHUTDOWN_KEY]
     try:
+        await response.prepare(request)  # inside: a client gone already is a closed stream, not an error
         await response.write(
             _frame(notification(constants.NOTIFICATION_SUBSCRIPTION_ACK, {"_meta": sub_meta, "notifications": agreed}))
         )

@@ -74,6 +74,7 @@ def _error(request_id: RequestId | None, error: ProtocolError, status: int | Non
 
 
 def _host_only(value: str) -> str:
+    value = value.lower()  # host names are case-insensitive (RFC 9110 §4.2.3)
     if value.startswith("["):
         return value[: value.find("]") + 1]
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
@@ -144,7 +145,14 @@ class _BodyDecoder:
             self._inflate = zlib.decompressobj(wbits=wbits)
         if self._inflate is None:
             return b""
-        return bytes(self._inflate.decompress(chunk, budget_bytes + 1))
+        if self._inflate.eof:
+            if chunk:  # bytes after the end of the stream (junk, or a second gzip member we do not take)
+                raise zlib.error("data after the end of the compressed stream")
+            return b""
+        decoded = bytes(self._inflate.decompress(chunk, budget_bytes + 1))
+        if self._inflate.eof and self._inflate.unused_data:
+            raise zlib.error("data after the end of the compressed stream")
+        return decoded
 
     def finish(self) -> bytes:
         """What is left once the body ended; raises `zlib.error` when the stream was cut short."""
@@ -159,8 +167,9 @@ class _BodyDecoder:
 async def _read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The whole body after `Content-Encoding` is undone, within `limit` bytes and `timeout_s` seconds.
 
-    The limit counts decoded bytes (declared or actual, chunked or not), so a compressed body cannot
-    expand past it.
+    The limit bounds both the bytes received and the bytes decoded (declared or actual, chunked or not),
+    so a compressed body can neither expand past it nor stream input that decodes to nothing. One gzip
+    member only: bytes after the end of the compressed stream are refused.
 
     Raises:
         BodyRefused: 415 for a content coding other than `gzip`, `deflate` or `identity`; 413 over the
@@ -173,14 +182,18 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
             InvalidRequest(f"Content-Encoding {coding!r} is not supported; send gzip, deflate or an uncompressed body"),
         )
     too_large = BodyRefused(413, InvalidRequest(f"Request body exceeds {limit} bytes; send less"))
-    if coding in ("", "identity") and (request.content_length or 0) > limit:
+    if (request.content_length or 0) > limit:  # compressed or not: no body we take is larger
         raise too_large
     decoder = _BodyDecoder(coding)
     chunks: list[bytes] = []
     size = 0
+    received = 0
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.content.iter_any():
+                received += len(chunk)
+                if received > limit:  # also bounds input that decodes to nothing (empty deflate blocks)
+                    raise too_large
                 decoded = decoder.decode(chunk, limit - size)
                 size += len(decoded)
                 if size > limit:

@@ -14,6 +14,11 @@ from typing import Any, Final
 
 from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, ParseError, ProtocolError
 
+MAX_DEPTH: Final = 128
+"""Deepest nesting of objects and arrays a body may have. Far beyond any tool's arguments, and well inside
+what every later step (JSON Schema validation, the stores' encoders, the response) handles without
+running out of stack: one depth limit, at the door, instead of a RecursionError somewhere inside."""
+
 RequestId = str | int
 """JSON-RPC request id as MCP allows it: a string or an integer (never `null`)."""
 
@@ -55,7 +60,7 @@ def decode_body(body: bytes) -> Any:
     `parse_message`, which names the field that holds it.
 
     Raises:
-        ParseError: the body is not UTF-8, not JSON, or nested too deeply (-32700).
+        ParseError: the body is not UTF-8, not JSON, or nested deeper than `MAX_DEPTH` (-32700).
     """
     try:
         text = body.decode("utf-8")
@@ -64,11 +69,32 @@ def decode_body(body: bytes) -> Any:
             f"Parse error: the request body is not UTF-8 (invalid byte at offset {exc.start}); send UTF-8 JSON"
         ) from exc
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        payload = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except ValueError as exc:
         raise ParseError("Parse error: the request body is not valid JSON") from exc
     except RecursionError as exc:
-        raise ParseError("Parse error: the request body is nested too deeply") from exc
+        raise ParseError(f"Parse error: the request body is nested deeper than {MAX_DEPTH} levels") from exc
+    # Only a body with that many brackets can be that deep: the walk runs for few requests.
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _depth_exceeds(payload, MAX_DEPTH):
+        raise ParseError(f"Parse error: the request body is nested deeper than {MAX_DEPTH} levels")
+    return payload
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Tell whether objects and arrays in `value` nest deeper than `limit` levels (iterative, no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")

@@ -19,6 +19,11 @@ from mcp_tasks.tasks.results import artifact_uri
 _SAFE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+def _is_artifact_name(name: str) -> bool:
+    """A safe file name that is not one of the store's own side files (`<name>.mime`, temporaries)."""
+    return bool(_SAFE.match(name)) and not name.endswith(".mime")
+
+
 def _write_durably(folder: Path, name: str, data: bytes) -> None:
     """Write `folder/name` atomically: a temporary file, fsync, rename (blocking; call in a thread)."""
     temporary = folder / f".{name}.tmp"
@@ -62,7 +67,7 @@ class FileArtifactStore:
             ValueError: `name` is not a safe file name, or `data` exceeds `max_bytes`.
             OSError: the file system refused the write (full, read-only); nothing is left half-written.
         """
-        if not _SAFE.match(name):
+        if not _is_artifact_name(name):
             raise ValueError(f"invalid artifact name {name!r}")
         if len(data) > self.max_bytes:
             raise ValueError(f"artifact of {len(data)} bytes exceeds the limit of {self.max_bytes}")
@@ -81,7 +86,7 @@ class FileArtifactStore:
 
     async def get(self, task_id: str, name: str) -> Artifact | None:
         """Read an artifact, or `None` when it does not exist."""
-        if not _SAFE.match(name) or not _SAFE.match(task_id):
+        if not _is_artifact_name(name) or not _SAFE.match(task_id):
             return None
         path = self._dir(task_id) / name
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.jsonrpc import MAX_DEPTH
 from tests.conftest import Embedded, McpHttp, server_settings, start_embedded
 
 HEADERS = {
@@ -153,3 +157,87 @@ async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(tmp
         assert b" 401 " in status_line
     finally:
         await web_runner.cleanup()
+
+
+async def raw_exchange(embedded: Embedded, request: bytes) -> bytes:
+    """Send raw bytes to the server and return its whole answer (the server closes the connection)."""
+    host, port = embedded.url.removeprefix("http://").split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    try:
+        async with asyncio.timeout(5):
+            return await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_an_authorization_header_that_is_not_utf8_is_401_not_a_crash(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n")
+    settings = server_settings(tmp_path / "data")
+    server, web_runner = await start_embedded(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
+    try:
+        answer = await raw_exchange(
+            server,
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \xff\xfe\r\n"
+            b"Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+        )
+        assert answer.startswith(b"HTTP/1.1 401 ") and b"application/json" in answer
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_nesting_deeper_than_the_limit_is_a_parse_error_at_the_door(mcp: McpHttp) -> None:
+    """One depth limit at decode time, so no later step (schema, store encoder) runs out of stack."""
+    task_id = await mcp.start_task("confirm_delete", {"filename": "f"})
+    await mcp.wait_status(task_id, "input_required")
+    for depth in (MAX_DEPTH + 1, 500):  # just past the limit, and far past it
+        deep: Any = {}
+        for _ in range(depth):
+            deep = {"a": deep}
+        answer = {"action": "accept", "content": {"confirm": True}, "_meta": deep}
+        reply = await mcp.update(task_id, {"confirm": answer})
+        assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR), (depth, reply.body)
+        assert str(MAX_DEPTH) in reply.error["message"]
+    shallow = await mcp.update(task_id, {"confirm": {"action": "accept", "content": {"confirm": True}, "_meta": {}}})
+    assert shallow.status == 200, shallow.body
+
+
+async def test_bytes_after_the_end_of_a_gzip_stream_are_refused(mcp: McpHttp, embedded: Embedded) -> None:
+    body = body_of(mcp).encode()
+    junk = gzip.compress(body) + b"\x00" * 4096
+    reply = await mcp.post(junk, {**HEADERS, "Content-Encoding": "gzip"})
+    assert (reply.status, reply.error["code"]) == (400, jsonrpc.PARSE_ERROR)
+    two_members = gzip.compress(body[:10]) + gzip.compress(body[10:])
+    reply = await mcp.post(two_members, {**HEADERS, "Content-Encoding": "gzip"})
+    assert reply.status == 400
+    limit = embedded.services.settings.max_body_bytes
+    padded = gzip.compress(body) + b"\x00" * limit
+    reply = await mcp.post(
+        io.BytesIO(padded), {**HEADERS, "Content-Encoding": "gzip", "Content-Length": str(len(padded))}
+    )
+    assert reply.status == 413, "a declared length over the limit is refused before reading"
+
+
+async def test_host_names_are_case_insensitive(mcp: McpHttp) -> None:
+    reply = await mcp.post(body_of(mcp), {**HEADERS, "Host": "LOCALHOST"})
+    assert reply.status == 200, reply.body
+
+
+async def test_malformed_http_is_answered_400_without_an_error_log(
+    embedded: Embedded, caplog: pytest.LogCaptureFixture
+) -> None:
+    answer = await raw_exchange(embedded, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n")
+    assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.0 400 "))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_the_artifact_stores_side_files_are_not_resources(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("big_result", {"size": 400_000})
+    done = await mcp.wait_status(task_id, "completed")
+    link = next(block for block in done["result"]["content"] if block["type"] == "resource_link")
+    assert (await mcp.request("resources/read", {"uri": link["uri"]})).status == 200
+    side = await mcp.request("resources/read", {"uri": link["uri"] + ".mime"})
+    assert side.status == 400 and side.error["code"] == jsonrpc.INVALID_PARAMS
