@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         type=Path,
         metavar="DIR",
-        help="folder of McpTool manifests; repeatable (default examples/tools) [MCPTASKS_TOOLS]",
+        help="folder of McpTool manifests; repeatable (default examples/tools if that folder is in the current "
+        "directory) [MCPTASKS_TOOLS]",
     )
     gateway = commands.add_parser("gateway", help="run the gateway on Kubernetes: McpTask store + McpTool catalog")
     _add_server_flags(gateway)

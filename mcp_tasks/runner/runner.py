@@ -32,7 +32,7 @@ from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
-from mcp_tasks.runner.process import ToolProcess, stop_group
+from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -47,6 +47,10 @@ from mcp_tasks.worker.executions import AskedForInput, Execution, ExecutionPendi
 
 logger = logging.getLogger("mcp_tasks.runner")
 
+_STOPPED_OUTCOME_UNKNOWN: Final = (
+    "The server was stopped while this task ran and the tool is not declared idempotent, so the outcome is "
+    "unknown; check the tool's side effects before calling it again"
+)
 _OUTCOME_UNKNOWN: Final = (
     "The worker running this task was lost (server restart or crash) and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
@@ -87,6 +91,14 @@ def _load_worker_key(state_dir: Path) -> bytes:
         handle.flush()
         os.fsync(handle.fileno())
     return key
+
+
+def _cannot_start(tool: ToolSpec, exc: OSError) -> str:
+    """Why a tool's command could not be started, naming the program and what to check."""
+    program = command_for(tool)[0]
+    hint = " (is it installed, and on PATH or given as a path relative to the manifest's folder?)"
+    missing = isinstance(exc, FileNotFoundError)
+    return f"cannot start tool {tool.name!r}: {program!r}: {exc.strerror or exc}" + (hint if missing else "")
 
 
 def _read_port(path: Path | None) -> int:
@@ -182,12 +194,20 @@ class LocalRunner:
         previous = _read_port(port_file)
         try:
             await web.TCPSite(self._web_runner, "127.0.0.1", previous).start()
+            taken = False
         except OSError:
-            logger.warning("worker port %s is taken; tools of a previous run cannot be adopted", previous)
+            # Another server on this data folder (or another program) has it. Keep the record: the tools
+            # of whoever holds it keep calling it, and that server's restart must find it again.
+            logger.warning(
+                "worker port %s is taken (another server on this data folder?); runs started here "
+                "use another port and cannot be adopted after a crash",
+                previous,
+            )
             await web.TCPSite(self._web_runner, "127.0.0.1", 0).start()
+            taken = True
         port = self._web_runner.addresses[0][1]
         self._port = port
-        if port_file is not None:
+        if port_file is not None and not taken:
             port_file.write_text(str(port))
         self._base_url = f"http://127.0.0.1:{port}/v1/executions"
         self._loops = [
@@ -410,7 +430,7 @@ class LocalRunner:
                 try:
                     await process.start()
                 except OSError as exc:
-                    message = f"cannot start tool {tool.name!r}: {exc.strerror or exc}"
+                    message = _cannot_start(tool, exc)
                     await self._finish_if_running(record.task_id, failing(message))
                     return
                 logger.info(
@@ -558,10 +578,12 @@ class LocalRunner:
                 return record, None
             if tool.execution.idempotent:
                 return transitions.reset_for_rerun(record, self.clock()), None
-            return failing(_OUTCOME_UNKNOWN)(record, self.clock()), None
+            return failing(_STOPPED_OUTCOME_UNKNOWN)(record, self.clock()), None
 
         with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
             await asyncio.shield(transact(self.store, task_id, apply))
+        after = "re-run at the next start (idempotent)" if tool.execution.idempotent else "failed (outcome unknown)"
+        logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
 
     def _contract_env(self, execution: Execution) -> dict[str, str]:
         return {
@@ -591,7 +613,8 @@ class LocalRunner:
             try:
                 await process.start()
             except OSError as exc:
-                return error_result(f"Cannot start tool {tool.name!r}: {exc.strerror or exc}")
+                message = _cannot_start(tool, exc)
+                return error_result(message[0].upper() + message[1:])
             exited = asyncio.create_task(process.wait(), name=f"inline-{tool.name}")
             try:
                 async with asyncio.timeout(tool.execution.sync_timeout_seconds):

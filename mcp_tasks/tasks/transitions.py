@@ -238,10 +238,34 @@ def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: ob
     return _move(record, status, now, input_requests={}, input_responses={}, lease=None, **changes)
 
 
+COMPLETION_MESSAGE_LIMIT: Final = 200
+"""Longest tool-error text quoted in a completed task's `statusMessage`, in characters."""
+
+
+def completion_message(result: JsonObject) -> str:
+    """The `statusMessage` of a completed task: how it ended, not its last progress line.
+
+    `"Completed"`, or `"Completed with a tool error: <the result's first text, cut to 200 characters>"`
+    when the result has `isError: true` (SEP-1303), so `kubectl get mcptasks` and `tasks/get` tell both apart.
+    """
+    if not result.get("isError"):
+        return "Completed"
+    texts = [block.get("text") for block in result.get("content") or [] if isinstance(block, dict)]
+    first = next((text for text in texts if isinstance(text, str) and text.strip()), "")
+    first = " ".join(first.split())
+    if len(first) > COMPLETION_MESSAGE_LIMIT:
+        first = first[: COMPLETION_MESSAGE_LIMIT - 1] + "…"
+    return f"Completed with a tool error: {first}" if first else "Completed with a tool error"
+
+
 def complete(record: TaskRecord, result: JsonObject, now: datetime, status_message: str | None = None) -> TaskRecord:
-    """`completed` with the tool's `CallToolResult` (including tool errors, `isError: true`)."""
+    """`completed` with the tool's `CallToolResult` (including tool errors, `isError: true`).
+
+    `status_message` defaults to `completion_message(result)`.
+    """
     inlined = {**result, "resultType": constants.RESULT_TYPE_COMPLETE}
-    return _finish(record, TaskStatus.COMPLETED, now, result=inlined, status_message=status_message)
+    message = status_message if status_message is not None else completion_message(result)
+    return _finish(record, TaskStatus.COMPLETED, now, result=inlined, status_message=message)
 
 
 def fail(record: TaskRecord, error: JsonObject, status_message: str, now: datetime) -> TaskRecord:

@@ -170,7 +170,7 @@ class WorkerChannel:
             assert final_result is not None  # narrowed above
 
             def complete(record: TaskRecord, now: datetime) -> TaskRecord:
-                return transitions.complete(record, final_result, now, status_message=record.status_message)
+                return transitions.complete(record, final_result, now)
 
             await self._change(execution, complete)
         else:

@@ -196,6 +196,7 @@ def mcptask_crd() -> JsonObject:
         _column("Status", ".status.taskStatus", description="SEP-2663 task status"),
         _column("Tool", ".spec.tool"),
         _column("Tenant", ".spec.owner.tenant"),
+        _column("ToolError", ".status.result.isError", kind="boolean", description="completed with isError: true"),
         _column("Message", ".status.statusMessage", description="statusMessage"),
         _column("Age", ".metadata.creationTimestamp", kind="date"),
         _column("Subject", ".spec.owner.subject", priority=1),
