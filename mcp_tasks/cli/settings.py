@@ -257,8 +257,11 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
         )
     if settings.kubernetes.kubeconfig is not None and not settings.kubernetes.kubeconfig.is_file():
         raise SettingsError(f"--kubeconfig / MCPTASKS_KUBECONFIG: {settings.kubernetes.kubeconfig} is not a file")
-    if settings.gateway.max_body_bytes <= 0 or settings.gateway.body_read_timeout_s <= 0:
-        raise SettingsError("MCPTASKS_MAX_BODY_BYTES and MCPTASKS_BODY_READ_TIMEOUT_S must be positive")
+    gateway = settings.gateway
+    if gateway.max_body_bytes <= 0 or gateway.body_read_timeout_s <= 0 or gateway.idle_timeout_s <= 0:
+        raise SettingsError(
+            "MCPTASKS_MAX_BODY_BYTES, MCPTASKS_BODY_READ_TIMEOUT_S and MCPTASKS_IDLE_TIMEOUT_S must be positive"
+        )
     if settings.runner.inline_result_max_bytes <= 0 or settings.runner.max_concurrent_tasks <= 0:
         raise SettingsError("MCPTASKS_INLINE_RESULT_MAX_BYTES and MCPTASKS_MAX_CONCURRENT_TASKS must be positive")
     return _set(settings, "gateway", "loopback_only", serve.loopback)

@@ -61,7 +61,8 @@ def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_
     aiohttp's request decompression is off: the transport undoes `Content-Encoding` itself, bounded by
     the body limit, so a body that lies about its coding gets a JSON error instead of aiohttp's plain
     text, and a compression bomb stops at the limit. No access log (requests are logged at DEBUG), and
-    malformed HTTP from clients is not logged as a server error (`_MalformedHttpFilter`).
+    malformed HTTP from clients is not logged as a server error (`_MalformedHttpFilter`). A connection
+    that sends no complete request head, or idles between requests, is closed after `idle_timeout_s`.
     """
     server_log = logging.getLogger("aiohttp.server")
     if _MALFORMED_HTTP_FILTER not in server_log.filters:
@@ -72,6 +73,7 @@ def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_
         shutdown_timeout=shutdown_timeout_s,
         lingering_time=lingering_time_s,
         auto_decompress=False,
+        keepalive_timeout=app[transport.SERVICES_KEY].settings.idle_timeout_s,
     )
 
 

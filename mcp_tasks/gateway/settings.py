@@ -16,6 +16,9 @@ class GatewaySettings:
             Counted after `Content-Encoding` is undone, so a compressed body cannot expand past it.
         body_read_timeout_s: longest time to receive a whole POST body, in seconds (default 30: a 1 MiB
             body over a slow link); a body still incomplete then gets 408 and the connection is closed.
+        idle_timeout_s: a connection that has not sent a whole request head within this many seconds of
+            opening, or idles this long between requests, is closed, in seconds (default 30; aiohttp's
+            keep-alive timeout). Streams being answered (`subscriptions/listen`) are not affected.
         allowed_origins: extra `Origin` values accepted besides loopback origins (which are accepted when
             `loopback_only`); any other `Origin` gets 403 (DNS-rebinding protection).
         loopback_only: the server is bound to loopback: also reject a `Host` that is not loopback.
@@ -31,6 +34,7 @@ class GatewaySettings:
     server_version: str = "0.1.0"
     max_body_bytes: int = 1024 * 1024
     body_read_timeout_s: float = 30.0
+    idle_timeout_s: float = 30.0
     allowed_origins: frozenset[str] = frozenset()
     loopback_only: bool = True
     list_page_size: int = 100

@@ -241,3 +241,23 @@ async def test_the_artifact_stores_side_files_are_not_resources(mcp: McpHttp) ->
     assert (await mcp.request("resources/read", {"uri": link["uri"]})).status == 200
     side = await mcp.request("resources/read", {"uri": link["uri"] + ".mime"})
     assert side.status == 400 and side.error["code"] == jsonrpc.INVALID_PARAMS
+
+
+async def test_idle_and_half_sent_heads_are_closed_but_streams_being_answered_are_not(
+    tmp_path: Path, http_session: Any
+) -> None:
+    """A connection that never sends a whole request head is closed after `idle_timeout_s`; an SSE
+    answer that lasts longer than that is not cut."""
+    base = server_settings(tmp_path / "data")
+    settings = replace(base, gateway=replace(base.gateway, idle_timeout_s=1.0))
+    server, web_runner = await start_embedded(settings)
+    try:
+        for head in (b"", b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"):
+            answer = await raw_exchange(server, head)  # returns once the server closes the connection
+            assert answer == b"", answer
+        mcp = McpHttp(http_session, server.url)
+        task_id = await mcp.start_task("slow_compute", {"seconds": 2.5, "label": "long"})
+        reply = await mcp.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+        assert reply.status == 200 and '"status":"completed"' in reply.body.replace(" ", ""), reply.body
+    finally:
+        await web_runner.cleanup()
