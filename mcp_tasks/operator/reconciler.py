@@ -27,7 +27,6 @@ from typing import Any, cast
 
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1DeleteOptions
 from kubernetes_asyncio.client.exceptions import ApiException
-from mcp_types import jsonrpc
 
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.credentials import TaskExecutions
@@ -51,20 +50,11 @@ JOB_LOST = (
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
 
-MESSAGE_LIMIT = 1000
-"""Longest `statusMessage` the operator writes, in characters."""
-
 
 def _tail(text: str, limit: int = 700) -> str:
     """The end of a termination message (where a traceback's error line is), marked when cut."""
     text = text.strip()
     return text if len(text) <= limit else "…" + text[-limit:]
-
-
-def _failing(message: str) -> Change:
-    message = message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 1] + "…"
-    error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
-    return lambda record, now: transitions.fail(record, error, message, now)
 
 
 class Reconciler:
@@ -147,14 +137,17 @@ class Reconciler:
         if tool is None:
             await self._change(
                 record.task_id,
-                _failing(f"Tool {record.tool!r} is no longer declared (its McpTool was deleted); the task cannot run"),
+                transitions.failing(
+                    f"Tool {record.tool!r} is no longer declared (its McpTool was deleted); the task cannot run",
+                    "ToolRemoved",
+                ),
                 "failed: tool not declared",
             )
             return
         try:
             job = build_job(task, tool, self.settings)
         except ValueError as exc:
-            await self._change(record.task_id, _failing(str(exc)), "failed: no image")
+            await self._change(record.task_id, transitions.failing(str(exc), "InvalidTool"), "failed: no image")
             return
         secret = build_secret(task, self.executions.token_for(record.task_id), tool.name)
         try:
@@ -231,9 +224,11 @@ class Reconciler:
         if outcome.reason == "DeadlineExceeded":
             limit = f" of {tool.execution.max_run_time_seconds:g}s" if tool else ""
             message = f"Tool {record.tool!r} exceeded its maximum run time{limit} and was stopped"
+            reason = "DeadlineExceeded"
         else:
             message = f"Tool {record.tool!r}: Job failed ({outcome.reason}: {outcome.message}){detail}"
-        await self._change(task_id, _failing(message), f"failed: {outcome.reason}")
+            reason = "JobFailed"
+        await self._change(task_id, transitions.failing(message, reason), f"failed: {outcome.reason}")
 
     async def pod_event(self, event: str, pod: JsonObject) -> None:
         """A pod of ours changed: settle a cancellation, or give up on a pod that cannot start."""
@@ -257,7 +252,9 @@ class Reconciler:
         if waited < self.settings.start_deadline_s:
             return
         message = f"The tool's pod could not start within {self.settings.start_deadline_s:g}s ({problem})"
-        if await self._change(record.task_id, _failing(message), "failed: pod did not start"):
+        if await self._change(
+            record.task_id, transitions.failing(message, "StartTimeout"), "failed: pod did not start"
+        ):
             try:
                 await self.batch.delete_namespaced_job(
                     object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
@@ -307,7 +304,8 @@ class Reconciler:
         if record.attempt > 0:  # it had a Job, which is gone before the task finished
             tool = self.catalog.get_tool(record.tool)
             if tool is None or not tool.execution.idempotent:
-                await self._change(record.task_id, _failing(JOB_LOST), "failed: Job lost, outcome unknown")
+                lost = transitions.failing(JOB_LOST, "OutcomeUnknown")
+                await self._change(record.task_id, lost, "failed: Job lost, outcome unknown")
                 return
             await self._change(record.task_id, transitions.reset_for_rerun, "Job lost; re-running (idempotent)")
             record = await self.store.get(record.task_id)

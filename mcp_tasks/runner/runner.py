@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Final
 
 from aiohttp import web
-from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
@@ -108,12 +107,6 @@ def _read_port(path: Path | None) -> int:
     except OSError:
         return 0
     return int(text) if text.isdigit() and 0 < int(text) < 65536 else 0
-
-
-def failing(message: str) -> Transition:
-    """A transition to `failed` with a -32603 JSON-RPC error and `message` as the `statusMessage`."""
-    error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
-    return lambda record, now: transitions.fail(record, error, message, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,12 +375,16 @@ class LocalRunner:
                 await self.store.compare_and_swap(transitions.cancel(record, now))
                 return None
             if tool is None:
-                gone = failing(f"Tool {record.tool!r} is no longer declared; the task cannot run")
+                gone = transitions.failing(
+                    f"Tool {record.tool!r} is no longer declared; the task cannot run", "ToolRemoved"
+                )
                 await self.store.compare_and_swap(gone(record, now))
                 return None
             if record.lease is not None:  # a previous worker held it and is gone
                 if not tool.execution.idempotent:
-                    await self.store.compare_and_swap(failing(_OUTCOME_UNKNOWN)(record, now))
+                    await self.store.compare_and_swap(
+                        transitions.failing(_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, now)
+                    )
                     logger.error("task %s lost its worker; failed (outcome unknown)", record.task_id)
                     return None
                 logger.warning("task %s lost its worker; re-running (idempotent tool)", record.task_id)
@@ -411,7 +408,9 @@ class LocalRunner:
             logger.warning("task %s: lease lost; another worker owns it now", record.task_id)
         except Exception:
             logger.exception("task %s: supervisor failed", record.task_id)
-            await self._finish_if_running(record.task_id, failing("Internal error in the runner"))
+            await self._finish_if_running(
+                record.task_id, transitions.failing("Internal error in the runner", "InternalError")
+            )
         finally:
             self._supervisors.pop(record.task_id, None)
             self._capacity_freed.set()
@@ -431,7 +430,7 @@ class LocalRunner:
                     await process.start()
                 except OSError as exc:
                     message = _cannot_start(tool, exc)
-                    await self._finish_if_running(record.task_id, failing(message))
+                    await self._finish_if_running(record.task_id, transitions.failing(message, "CannotStart"))
                     return
                 logger.info(
                     "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
@@ -536,7 +535,7 @@ class LocalRunner:
             await process.stop(grace)
             message = f"Tool {tool.name!r} exceeded its maximum run time of {tool.execution.max_run_time_seconds:g}s"
             logger.warning("task %s: %s", task_id, message)
-            await self._finish_if_running(task_id, failing(message))
+            await self._finish_if_running(task_id, transitions.failing(message, "DeadlineExceeded"))
             return
         if reason == "finished":
             # The result is recorded; give the tool its grace period to exit by itself.
@@ -578,7 +577,7 @@ class LocalRunner:
                 return record, None
             if tool.execution.idempotent:
                 return transitions.reset_for_rerun(record, self.clock()), None
-            return failing(_STOPPED_OUTCOME_UNKNOWN)(record, self.clock()), None
+            return transitions.failing(_STOPPED_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, self.clock()), None
 
         with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
             await asyncio.shield(transact(self.store, task_id, apply))

@@ -8,9 +8,11 @@ for the task's lifetime"). Stores persist what these functions return, with comp
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
+
+from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants, inputs
 from mcp_tasks.protocol.errors import JsonObject
@@ -266,6 +268,24 @@ def complete(record: TaskRecord, result: JsonObject, now: datetime, status_messa
     inlined = {**result, "resultType": constants.RESULT_TYPE_COMPLETE}
     message = status_message if status_message is not None else completion_message(result)
     return _finish(record, TaskStatus.COMPLETED, now, result=inlined, status_message=message)
+
+
+STATUS_MESSAGE_LIMIT: Final = 1000
+"""Longest `statusMessage` an executor writes for a failure it observed, in characters."""
+
+
+def failing(message: str, reason: str) -> Callable[[TaskRecord, datetime], TaskRecord]:
+    """The change to `failed` for an infrastructure failure the tool never saw, in every executor.
+
+    The JSON-RPC error is -32603 with `message` (cut to `STATUS_MESSAGE_LIMIT`) and `data.reason`, a
+    CamelCase word that says why (`StartTimeout`, `OutcomeUnknown`, `DeadlineExceeded`, `CannotStart`,
+    `ToolRemoved`, `InvalidTool`, `JobFailed`, `InternalError`); the McpTask's `Finished` condition takes
+    it as its reason. `message` is also the `statusMessage`.
+    """
+    if len(message) > STATUS_MESSAGE_LIMIT:
+        message = message[: STATUS_MESSAGE_LIMIT - 1] + "…"
+    error: JsonObject = {"code": jsonrpc.INTERNAL_ERROR, "message": message, "data": {"reason": reason}}
+    return lambda record, now: fail(record, error, message, now)
 
 
 def fail(record: TaskRecord, error: JsonObject, status_message: str, now: datetime) -> TaskRecord:

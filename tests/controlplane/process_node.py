@@ -3,7 +3,7 @@
 The test control plane has no kubelet, no container runtime and no cluster network. This program
 registers a Node, binds pending pods to it (there is no scheduler either), runs each pod's first
 container as a local process and reports the pod's life through the `pods/status` subresource as a
-kubelet would, so the Job, ReplicaSet, Deployment and EndpointSlice controllers work on its pods:
+kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pods:
 
 - **Pod addresses**: each pod gets its own loopback address from 127.1.0.0/16 as `podIP` (Linux routes
   all of 127.0.0.0/8 to `lo`), so two replicas can listen on the same port. A container binds "all

@@ -37,6 +37,12 @@ async def until(predicate: Any, timeout_s: float = WAIT_S, interval_s: float = 0
             await asyncio.sleep(interval_s)
 
 
+def conditions_of(plane: ControlPlane, namespace: str, task_id: str) -> dict[str, dict[str, Any]]:
+    """The McpTask's `status.conditions`, by type, as the API server holds them."""
+    task = kube_json(plane, namespace, "mcptask", task_id)
+    return {condition["type"]: condition for condition in task["status"].get("conditions", [])}
+
+
 async def test_the_sep_hello_world_flow_runs_as_a_job(
     gateways: Gateways, operators: Operators, control_plane: ControlPlane, namespace: str
 ) -> None:
@@ -48,6 +54,13 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
     (job,) = jobs_of(control_plane, namespace, task_id)
     task = get_object(control_plane, namespace, task_id)
     assert task is not None
+    found = {c["type"]: c for c in task["status"]["conditions"]}
+    assert [(found[t]["status"], found[t]["reason"]) for t in ("Started", "InputRequired", "Finished")] == [
+        ("True", "RunStarted"),
+        ("False", "NoPendingInput"),
+        ("True", "Completed"),
+    ]
+    assert found["Finished"]["lastTransitionTime"] >= found["Started"]["lastTransitionTime"]
     owner = job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
         "McpTask",
@@ -99,6 +112,8 @@ async def test_cancelling_a_running_task_deletes_its_job_and_ends_cancelled(
     assert "result" in ack.body, ack.body  # acknowledged at once; the work stops later
     done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=WAIT_S)
     assert done["status"] == "cancelled"
+    finished = conditions_of(control_plane, namespace, task_id)["Finished"]
+    assert (finished["status"], finished["reason"]) == ("True", "Cancelled")
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
     await until(
         lambda: not kube_json(control_plane, namespace, "pods", "-l", f"mcptasks.io/task-id={task_id}")["items"]
@@ -157,10 +172,26 @@ async def test_a_pod_that_never_starts_fails_its_task_within_the_start_deadline(
         while "never_starts" not in [t["name"] for t in (await mcp.request("tools/list")).result["tools"]]:
             await asyncio.sleep(0.1)
     task_id = await mcp.start_task("never_starts", {})
+    # `kubectl wait` on the Finished condition, started while the task still runs (API conventions).
+    waiting = asyncio.create_task(
+        asyncio.to_thread(
+            control_plane.kubectl,
+            "wait",
+            "-n",
+            namespace,
+            "--for=condition=Finished",
+            f"mcptask/{task_id}",
+            "--timeout=60s",
+        )
+    )
     done = await mcp.wait_status(task_id, "failed", "completed", timeout_s=WAIT_S)
     assert done["status"] == "failed"
     assert "could not start within 3s" in done["statusMessage"] and "ImagePull" in done["statusMessage"]
-    assert done["error"]["code"] == -32603
+    assert done["error"]["code"] == -32603 and done["error"]["data"]["reason"] == "StartTimeout"
+    assert "condition met" in await waiting
+    finished = conditions_of(control_plane, namespace, task_id)["Finished"]
+    assert (finished["status"], finished["reason"]) == ("True", "StartTimeout")
+    assert "could not start" in finished["message"] and finished["observedGeneration"] >= 1
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
 
 

@@ -47,7 +47,7 @@ async def test_a_task_created_through_one_replica_is_readable_through_another_at
         assert reply.result["status"] == "working"
         task_ids.append(task_id)
     table = control_plane.kubectl("get", "mcptasks", "-n", namespace).splitlines()
-    assert table[0].split() == ["NAME", "STATUS", "TOOL", "TENANT", "MESSAGE", "AGE"]
+    assert table[0].split() == ["NAME", "STATUS", "TOOL", "TENANT", "TOOLERROR", "MESSAGE", "AGE"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert set(task_ids) <= set(rows)
     assert rows[task_ids[0]][1:4] == ["working", "sleeper", "local"]

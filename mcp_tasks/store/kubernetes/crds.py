@@ -182,6 +182,10 @@ def mcptask_crd() -> JsonObject:
     _at(status, "inputRequests")["maxProperties"] = 256
     _at(status, "issuedInputKeys")["maxItems"] = 4096
     _at(status, "issuedInputKeys")["items"]["maxLength"] = 128
+    conditions = _at(status, "conditions")  # API conventions: a map keyed by type, for server-side apply
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    conditions["maxItems"] = 8
     status["x-kubernetes-validations"] = [
         {
             "rule": "!has(oldSelf.taskStatus) || !(oldSelf.taskStatus in ['completed', 'failed', 'cancelled']) "

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.kubernetes import conditions
 from mcp_tasks.store.kubernetes.resources import (
     API_VERSION,
     MANAGED_BY,
@@ -229,5 +230,6 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         if record.lease is None
         else TaskLease(holder=record.lease.holder, expires_at=iso_ms(record.lease.expires_at)),
         attempt=record.attempt,
+        conditions=conditions.task_conditions(record, status.conditions, int(obj["metadata"].get("generation") or 0)),
     )
     return WritePlan(spec=new_spec if spec_changed else None, status=new_status)

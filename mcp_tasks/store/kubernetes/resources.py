@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +95,17 @@ class TaskLease(_Resource):
     expires_at: str = Field(alias="expiresAt")
 
 
+class TaskCondition(_Resource):
+    """One of `status.conditions` (Kubernetes API conventions; types and reasons in `conditions.py`)."""
+
+    type: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$", max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", min_length=1, max_length=1024)
+    message: str = Field("", max_length=32768)
+    last_transition_time: str = Field(alias="lastTransitionTime", json_schema_extra={"format": "date-time"})
+    observed_generation: int = Field(0, alias="observedGeneration", ge=0)
+
+
 class McpTaskStatus(_Resource):
     """`status` of an McpTask: what the executor observed. Written only through the status subresource.
 
@@ -116,3 +127,5 @@ class McpTaskStatus(_Resource):
     """A JSON-RPC error object `{code, message, data?}` for `failed` tasks."""
     lease: TaskLease | None = None
     attempt: int = Field(0, ge=0)
+    conditions: list[TaskCondition] = Field(default_factory=list)
+    """`Started`, `InputRequired` and `Finished` (store/kubernetes/conditions.py), one of each type."""

@@ -1,0 +1,111 @@
+"""McpTask `status.conditions` (Kubernetes API conventions), derived from the record in the one status write."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.kubernetes import conditions, mapping
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from tests.unit.manifests import tool_spec
+
+NOW = utc_now()
+LATER = NOW + timedelta(seconds=5)
+ELICIT: JsonObject = {"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {}}}
+
+
+def _new() -> TaskRecord:
+    return transitions.new_task(mint_task_id(), Owner("acme", "alice"), tool_spec(), {}, NOW)
+
+
+def _running() -> TaskRecord:
+    return transitions.claim(_new(), "runner", NOW, timedelta(seconds=30), 60_000)
+
+
+def _summary(record: TaskRecord) -> tuple[str, ...]:
+    """`Started`, `InputRequired`, `Finished` as `status/reason` each."""
+    return tuple(f"{status}/{reason}" for _, status, reason, _ in conditions.desired(record))
+
+
+CASES: list[tuple[str, TaskRecord, tuple[str, ...]]] = [
+    ("created", _new(), ("False/NotStarted", "False/NoPendingInput", "False/Running")),
+    ("running", _running(), ("True/RunStarted", "False/NoPendingInput", "False/Running")),
+    (
+        "waiting for input",
+        transitions.add_input_requests(_running(), [("q", ELICIT)], LATER)[0],
+        ("True/RunStarted", "True/InputRequested", "False/Running"),
+    ),
+    (
+        "completed",
+        transitions.complete(_running(), {"content": []}, LATER),
+        ("True/RunStarted", "False/NoPendingInput", "True/Completed"),
+    ),
+    (
+        "completed with a tool error",
+        transitions.complete(_running(), {"content": [], "isError": True}, LATER),
+        ("True/RunStarted", "False/NoPendingInput", "True/ToolError"),
+    ),
+    (
+        "failed before it started",
+        transitions.failing("the pod could not start", "StartTimeout")(_running(), LATER),
+        ("True/RunStarted", "False/NoPendingInput", "True/StartTimeout"),
+    ),
+    (
+        "failed by the tool's own error",
+        transitions.fail(_running(), {"code": -32603, "message": "boom"}, "boom", LATER),
+        ("True/RunStarted", "False/NoPendingInput", "True/Failed"),
+    ),
+    (
+        "cancelled before any run",
+        transitions.cancel(_new(), LATER),
+        ("True/RunStarted", "False/NoPendingInput", "True/Cancelled"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "record", "expected"), CASES, ids=[case for case, _, _ in CASES])
+def test_each_state_has_its_conditions(case: str, record: TaskRecord, expected: tuple[str, ...]) -> None:
+    assert _summary(record) == expected
+
+
+def test_a_failure_reason_that_is_not_camel_case_is_just_failed() -> None:
+    record = transitions.fail(_running(), {"code": 1, "message": "x", "data": {"reason": "no spaces!"}}, "x", LATER)
+    assert _summary(record)[2] == "True/Failed"
+
+
+def test_last_transition_time_moves_only_when_the_status_changes_and_generation_is_observed() -> None:
+    running = _running()
+    first = conditions.task_conditions(running, [], generation=1)
+    progressed = dataclasses.replace(running, status_message="half way", last_updated_at=LATER)
+    second = conditions.task_conditions(progressed, first, generation=3)
+    assert [c.last_transition_time for c in second] == [c.last_transition_time for c in first]
+    assert {c.observed_generation for c in second} == {3}
+    done = transitions.complete(progressed, {"content": []}, LATER + timedelta(seconds=1))
+    third = {c.type: c for c in conditions.task_conditions(done, second, generation=3)}
+    assert (
+        third["Finished"].status == "True" and third["Finished"].last_transition_time != first[2].last_transition_time
+    )
+    assert third["Started"].last_transition_time == first[0].last_transition_time
+    assert third["Finished"].message == "Completed"
+
+
+def test_conditions_ride_in_the_status_write_of_each_transition() -> None:
+    """No extra write: the status the store writes for a transition already holds the new conditions."""
+    record = _new()
+    obj = mapping.new_object(record, "ns")
+    obj["metadata"].update(resourceVersion="1", generation=1)
+    claimed = transitions.claim(dataclasses.replace(record, version="1"), "runner", NOW, timedelta(seconds=30), 60_000)
+    plan = mapping.plan_write(obj, claimed)
+    assert plan.spec is None and plan.status is not None
+    by_type = {c.type: c for c in plan.status.conditions}
+    assert by_type["Started"].status == "True" and by_type["Finished"].status == "False"
+    assert all(c.observed_generation == 1 for c in plan.status.conditions)
+    assert TaskStatus.WORKING.value == plan.status.task_status.value
