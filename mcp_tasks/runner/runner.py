@@ -572,17 +572,20 @@ class LocalRunner:
         """The server is stopping: stop the tool; a non-idempotent task's outcome is now unknown."""
         await asyncio.shield(process.stop(self.settings.shutdown_grace_s))
 
-        def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
+        def apply(record: TaskRecord) -> tuple[TaskRecord, bool]:
             if record.status.is_terminal:
-                return record, None
+                return record, False  # it finished first: nothing was lost
             if tool.execution.idempotent:
-                return transitions.reset_for_rerun(record, self.clock()), None
-            return transitions.failing(_STOPPED_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, self.clock()), None
+                return transitions.reset_for_rerun(record, self.clock()), True
+            return transitions.failing(_STOPPED_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, self.clock()), True
 
         with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
-            await asyncio.shield(transact(self.store, task_id, apply))
-        after = "re-run at the next start (idempotent)" if tool.execution.idempotent else "failed (outcome unknown)"
-        logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
+            _record, interrupted = await asyncio.shield(transact(self.store, task_id, apply))
+            if interrupted:
+                after = (
+                    "re-run at the next start (idempotent)" if tool.execution.idempotent else "failed (outcome unknown)"
+                )
+                logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
 
     def _contract_env(self, execution: Execution) -> dict[str, str]:
         return {

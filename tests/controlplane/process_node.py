@@ -19,7 +19,8 @@ kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pod
   machine's interpreter, and paths under the image's WORKDIR `/app` mean this checkout.
 - **Volumes**: a `persistentVolumeClaim` is a folder shared by every pod naming the claim, `secret`
   and `configMap` volumes are folders holding their keys, `emptyDir` a folder of the pod. A path under
-  a `volumeMount`'s `mountPath` in env, args or `workingDir` is rewritten to the folder.
+  a `volumeMount`'s `mountPath` in env, args or `workingDir` is rewritten to the folder, unless it is a
+  path in this checkout (which the test tools use as their `workingDir`, wherever the clone lies).
 - **Service account**: unless `automountServiceAccountToken` is false, the node asks the API server
   for a token of the pod's ServiceAccount (TokenRequest) and hands it to the process as a kubeconfig
   in `$KUBECONFIG` (no file can be mounted at the in-cluster path).
@@ -537,9 +538,15 @@ class ProcessNode:
                     services[match.group(0)] = address
         ordered = sorted(mounts, key=lambda pair: len(pair[0]), reverse=True)
 
+        checkout = str(REPO)
+
         def rewrite(value: str) -> str:
             if value == ALL_INTERFACES:
                 return running.ip
+            if value == checkout or value.startswith(checkout + "/"):
+                # A path in this checkout (a test tool's workingDir) is this machine's already, even
+                # when the checkout lies under a path the pod mounts (a clone under /tmp, a pod's /tmp).
+                return SERVICE_HOST.sub(lambda m: services.get(m.group(0), m.group(0)), value)
             for mount_path, folder in ordered:
                 if value == mount_path or value.startswith(mount_path + "/"):
                     value = folder + value[len(mount_path) :]
