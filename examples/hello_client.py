@@ -2,16 +2,20 @@
 
 Run `make run` in another terminal first, then: `.venv/bin/python examples/hello_client.py [URL]`.
 The client declares `io.modelcontextprotocol/tasks`, receives a task, answers the task's elicitation
-(asking you on the terminal) through `tasks/update`, and prints the final result.
+(asking you on the terminal) through `tasks/update`, and prints the final result. Against a server
+started with `--tokens` (or the Helm chart), pass the bearer token in `MCPTASKS_TOKEN`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
+import httpx2
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.client import TasksClientExtension
@@ -37,11 +41,15 @@ async def show(task: GetTaskResult) -> None:
 
 
 async def main(url: str) -> None:
-    async with Client(
-        url, extensions=[TasksClientExtension(on_update=show)], elicitation_callback=ask_on_terminal
-    ) as client:
-        result = await client.call_tool("hello_world", {})
-        print(result.content[0].text)  # type: ignore[union-attr]
+    token = os.environ.get("MCPTASKS_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http_client:
+        transport = streamable_http_client(url, http_client=http_client)
+        async with Client(
+            transport, extensions=[TasksClientExtension(on_update=show)], elicitation_callback=ask_on_terminal
+        ) as client:
+            result = await client.call_tool("hello_world", {})
+            print(result.content[0].text)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":
