@@ -55,9 +55,10 @@ def decode_body(body: bytes) -> Any:
     """Decode a POST body as JSON text in UTF-8 (RFC 8259 §8.1), strictly.
 
     Strict means: bytes that are not UTF-8 (including encoded surrogates such as `ED A0 80`, which
-    Python's own `json.loads(bytes)` lets through) are refused, as are `NaN`/`Infinity` and numbers that
-    overflow a 64-bit float. A lone surrogate *escape* (backslash-u D800 to DFFF) is valid JSON syntax and is left to
-    `parse_message`, which names the field that holds it.
+    Python's own `json.loads(bytes)` lets through) are refused, as are `NaN`/`Infinity`, numbers that
+    overflow a 64-bit float, and nesting deeper than `MAX_DEPTH`. A lone surrogate *escape*
+    (backslash-u D800 to DFFF) is valid JSON syntax and is left to `parse_message`, which names the
+    field that holds it.
 
     Raises:
         ParseError: the body is not UTF-8, not JSON, or nested deeper than `MAX_DEPTH` (-32700).
@@ -146,8 +147,9 @@ def parse_message(payload: Any, *, may_hold_surrogates: bool = True) -> Message:
     """Validate a decoded payload as a single JSON-RPC 2.0 request or notification.
 
     `may_hold_surrogates=False` (from `may_escape_surrogates` on the raw body) skips the walk for lone
-    surrogates. `params` must be an object: JSON-RPC 2.0 §4.2 also allows an array (by-position), which no MCP method
-    takes, so an array is -32602; a string, number or boolean is no structured value at all (-32600).
+    surrogates. `params` must be an object: JSON-RPC 2.0 §4.2 also allows an array (by-position),
+    which no MCP method takes, so an array is -32602; a string, number or boolean is no structured
+    value at all (-32600).
 
     Raises:
         InvalidRequest: a batch, a response, a missing/invalid `jsonrpc`, `method`, `id` or `params`, or a
