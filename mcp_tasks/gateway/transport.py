@@ -3,9 +3,8 @@
 Per POST: `Origin`/`Host` check (403) → authentication on headers (401) → body within its size, time
 and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → one JSON-RPC message (-32600;
 array params or lone surrogates in params -32602) → notification? 202 → `_meta`/headers/version
-(-32602/-32020/-32022)
-→ method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405; `Mcp-Session-Id`
-and `Last-Event-ID` are ignored. One mapper turns every exception into an error object.
+(-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
+`Mcp-Session-Id` and `Last-Event-ID` are ignored. One mapper turns every exception into an error object.
 """
 
 from __future__ import annotations
