@@ -168,7 +168,8 @@ def requests(draw: st.DrawFn) -> tuple[dict[str, str], bytes, int]:
     if draw(st.booleans()):
         headers[constants.HEADER_PROTOCOL_VERSION] = draw(st.sampled_from([constants.PROTOCOL_VERSION, "2025-11-25"]))
     if draw(st.booleans()):
-        headers[constants.HEADER_METHOD] = method if isinstance(method, str) and draw(st.booleans()) else "tools/list"
+        sendable = isinstance(method, str) and method.isascii() and method.isprintable()  # what a client can send
+        headers[constants.HEADER_METHOD] = str(method) if sendable and draw(st.booleans()) else "tools/list"
     header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
     if draw(st.booleans()):
         headers[constants.HEADER_NAME] = draw(header_text | st.sampled_from(["echo", "=?base64?ZWNobw==?="]))
