@@ -7,10 +7,12 @@ here is one defect class found by fault injection against the embedded server, o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import io
 import json
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -122,41 +124,42 @@ async def test_a_record_over_the_store_limit_is_invalid_params_naming_the_limit(
     await mcp.cancel(task_id)
 
 
-async def test_a_half_sent_body_is_cut_off_after_the_read_timeout(embedded: Embedded) -> None:
-    host, port = embedded.url.removeprefix("http://").split("/")[0].split(":")
+async def status_after_half_a_body(server: Embedded, declared_bytes: int, timeout_s: float) -> bytes:
+    """Send a request head declaring `declared_bytes` of body, then one byte; return the status line."""
+    host, port = server.url.removeprefix("http://").split("/")[0].split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
-    writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: 1000\r\n\r\n{{".encode())
+    writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: {declared_bytes}\r\n\r\n{{".encode())
     await writer.drain()
     try:
-        async with asyncio.timeout(embedded.services.settings.body_read_timeout_s + 5):
-            status_line = await reader.readline()
+        async with asyncio.timeout(timeout_s):
+            return await reader.readline()
     finally:
         writer.close()
         await writer.wait_closed()
-    assert b" 408 " in status_line
 
 
-async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def tokened_server(tmp_path: Path) -> AsyncIterator[Embedded]:
+    """An embedded server that requires a bearer token (`alice-token`)."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text("tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n")
     settings = server_settings(tmp_path / "data")
     server, web_runner = await start_embedded(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
     try:
-        host, port = server.url.removeprefix("http://").split("/")[0].split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
-        writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}\r\n{head}Content-Length: 100000\r\n\r\n{{".encode())
-        await writer.drain()
-        try:
-            async with asyncio.timeout(5):
-                status_line = await reader.readline()
-        finally:
-            writer.close()
-            await writer.wait_closed()
-        assert b" 401 " in status_line
+        yield server
     finally:
         await web_runner.cleanup()
+
+
+async def test_a_half_sent_body_is_cut_off_after_the_read_timeout(embedded: Embedded) -> None:
+    timeout_s = embedded.services.settings.body_read_timeout_s + 5
+    assert b" 408 " in await status_after_half_a_body(embedded, 1000, timeout_s)
+
+
+async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+    async with tokened_server(tmp_path) as server:
+        assert b" 401 " in await status_after_half_a_body(server, 100_000, 5)
 
 
 async def raw_exchange(embedded: Embedded, request: bytes) -> bytes:
@@ -174,19 +177,13 @@ async def raw_exchange(embedded: Embedded, request: bytes) -> bytes:
 
 
 async def test_an_authorization_header_that_is_not_utf8_is_401_not_a_crash(tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text("tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n")
-    settings = server_settings(tmp_path / "data")
-    server, web_runner = await start_embedded(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
-    try:
+    async with tokened_server(tmp_path) as server:
         answer = await raw_exchange(
             server,
             b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \xff\xfe\r\n"
             b"Content-Length: 2\r\nConnection: close\r\n\r\n{}",
         )
         assert answer.startswith(b"HTTP/1.1 401 ") and b"application/json" in answer
-    finally:
-        await web_runner.cleanup()
 
 
 async def test_nesting_deeper_than_the_limit_is_a_parse_error_at_the_door(mcp: McpHttp) -> None:
