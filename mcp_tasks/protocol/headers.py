@@ -119,8 +119,12 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
         body_value = message.params.get(name_key)
         header_name = headers.get(constants.HEADER_NAME)
         if isinstance(body_value, str) and (header_name is None or decode_header_value(header_name) != body_value):
+            sendable = body_value.isascii() and body_value.isprintable() and len(body_value) <= 128
+            hint = f": send `{constants.HEADER_NAME}: {body_value}`" if sendable else " (base64-wrapped if not ASCII)"
+            missing = "is missing" if header_name is None else "differs from the body"
             raise HeaderMismatch(
-                f"{constants.HEADER_NAME} header must be present and equal params.{name_key} for {message.method}"
+                f"{constants.HEADER_NAME} header {missing}; it must equal params.{name_key} for {message.method}"
+                f"{hint} (SEP-2243)"
             )
     if version not in constants.SUPPORTED_PROTOCOL_VERSIONS:
         raise UnsupportedProtocolVersion(version)

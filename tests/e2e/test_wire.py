@@ -86,6 +86,9 @@ async def test_header_mismatches_are_32020(mcp: McpHttp) -> None:
         assert reply.status == 400, (method, headers)
         assert reply.error["code"] == jsonrpc.HEADER_MISMATCH, (method, headers, reply.body)
         assert reply.headers["Content-Type"].startswith("application/json")
+    missing = await mcp.request("tasks/get", {"taskId": "abc"}, headers={constants.HEADER_NAME: None})
+    assert "Mcp-Name header is missing" in missing.error["message"]
+    assert "send `Mcp-Name: abc`" in missing.error["message"], "the message says exactly which header to add"
 
 
 async def test_header_values_are_trimmed_case_insensitive_and_base64_decoded(mcp: McpHttp) -> None:
