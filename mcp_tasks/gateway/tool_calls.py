@@ -155,7 +155,13 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
         else mint_task_id()
     )
     record = transitions.new_task(
-        task_id, ctx.owner, tool, arguments, ctx.services.clock(), pre_input_responses=pre_input
+        task_id,
+        ctx.owner,
+        tool,
+        arguments,
+        ctx.services.clock(),
+        pre_input_responses=pre_input,
+        client_capabilities=ctx.envelope.client_capabilities,
     )
     try:
         stored = await ctx.services.store.create(record)

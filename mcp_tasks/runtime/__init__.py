@@ -4,6 +4,23 @@ See `docs/tool-runtime.md` for the plain-HTTP contract behind it.
 """
 
 from mcp_tasks.runtime import contract
-from mcp_tasks.runtime.tool import ProtocolFailure, ToolContext, ToolError, WorkerApiError, run, text_result
+from mcp_tasks.runtime.tool import (
+    ClientLacksCapability,
+    ProtocolFailure,
+    ToolContext,
+    ToolError,
+    WorkerApiError,
+    run,
+    text_result,
+)
 
-__all__ = ["ProtocolFailure", "ToolContext", "ToolError", "WorkerApiError", "contract", "run", "text_result"]
+__all__ = [
+    "ClientLacksCapability",
+    "ProtocolFailure",
+    "ToolContext",
+    "ToolError",
+    "WorkerApiError",
+    "contract",
+    "run",
+    "text_result",
+]

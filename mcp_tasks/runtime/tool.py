@@ -44,6 +44,15 @@ class ProtocolFailure(Exception):
         self.data = data
 
 
+class ClientLacksCapability(ToolError):
+    """The client that created the task did not declare the capability an input request needs.
+
+    Raised by `ToolContext.ask` (and `elicit`) before anything is asked. As a `ToolError` it ends the
+    task `completed` with `isError: true` and a message saying what the client must declare, unless the
+    tool catches it and does without the input.
+    """
+
+
 class WorkerApiError(RuntimeError):
     """The worker API refused a call (HTTP status and its message)."""
 
@@ -95,6 +104,8 @@ class ToolContext:
                 return json.loads(payload) if payload else {}
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace")
+                if exc.code == _PRECONDITION_FAILED and path == contract.PATH_INPUT_REQUESTS:
+                    raise ClientLacksCapability(detail) from exc
                 if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
                     raise WorkerApiError(exc.code, detail) from exc
             except (urllib.error.URLError, ConnectionError) as exc:
@@ -118,6 +129,10 @@ class ToolContext:
             suggested key → the client's response (e.g. an `ElicitResult` `{action, content?}`).
 
         Raises:
+            ClientLacksCapability: the client that created the task did not declare the capability a
+                request needs (`elicitation`, `elicitation.url`, `sampling`, `roots`); nothing was asked.
+                It is a `ToolError`: unless the tool catches it, the task completes with `isError: true`
+                and this message, which says what the client must declare.
             WorkerApiError: 409 when this run is synchronous (only a task can wait for input).
         """
         minted: dict[str, str] = self._call("POST", contract.PATH_INPUT_REQUESTS, {"inputRequests": dict(requests)})[
@@ -165,6 +180,7 @@ class ToolContext:
 
 
 _UNAVAILABLE = frozenset({502, 503, 504})
+_PRECONDITION_FAILED = 412
 
 
 def text_result(text: str, is_error: bool = False) -> Json:

@@ -68,6 +68,8 @@ class TaskRecord:
     bare `{method, params}` input request; `issued_input_keys` lists every key ever issued, in order,
     so none is reused; `input_responses` holds answered responses not yet consumed by the worker.
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
+    `client_capabilities` holds the input capabilities (`elicitation`, `sampling`, `roots`) the request
+    that created the task declared; only input of those kinds may be asked (`None`: not recorded).
     `result` is the inlined `CallToolResult` (≤ the inline cap; larger results are artifacts) and
     `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`. `version` is the store's opaque
     CAS token (a row counter in SQLite, `metadata.resourceVersion` in Kubernetes): compare it only for equality.
@@ -87,6 +89,7 @@ class TaskRecord:
     issued_input_keys: tuple[str, ...] = ()
     input_responses: dict[str, JsonObject] = field(default_factory=dict)
     pre_input_responses: dict[str, JsonObject] = field(default_factory=dict)
+    client_capabilities: JsonObject | None = None
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
     result: JsonObject | None = None

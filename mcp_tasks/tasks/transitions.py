@@ -50,8 +50,13 @@ def new_task(
     arguments: JsonObject,
     now: datetime,
     pre_input_responses: JsonObject | None = None,
+    client_capabilities: JsonObject | None = None,
 ) -> TaskRecord:
-    """A fresh `working` task for `tool`, with the tool's `ttlMs` and `pollIntervalMs`."""
+    """A fresh `working` task for `tool`, with the tool's `ttlMs` and `pollIntervalMs`.
+
+    `client_capabilities` is the creating request's `clientCapabilities`; only its input capabilities are
+    kept (`input_capabilities`), so the task never asks that client for input of a kind it did not declare.
+    """
     return TaskRecord(
         task_id=task_id,
         owner=owner,
@@ -63,7 +68,41 @@ def new_task(
         ttl_ms=tool.execution.ttl_ms,
         poll_interval_ms=tool.execution.poll_interval_ms,
         pre_input_responses=dict(pre_input_responses or {}),
+        client_capabilities=None if client_capabilities is None else input_capabilities(client_capabilities),
     )
+
+
+def input_capabilities(client_capabilities: JsonObject) -> JsonObject:
+    """The declared capabilities that allow input requests (`elicitation`, `sampling`, `roots`), as objects."""
+    return {
+        name: dict(value)
+        for name, value in client_capabilities.items()
+        if name in constants.INPUT_METHOD_CAPABILITY.values() and isinstance(value, dict)
+    }
+
+
+def missing_input_capability(record: TaskRecord, request: JsonObject) -> str | None:
+    """The capability `request` (`{method, params}`) needs that the task's client did not declare, or `None`.
+
+    `elicitation/create` in URL mode needs `elicitation.url`; in form mode (the default) `elicitation`
+    declared empty (form is implied, for older clients) or with `form` (MCP 2026-07-28 client capabilities).
+    A task whose capabilities were not recorded allows every kind.
+    """
+    declared = record.client_capabilities
+    method = str(request.get("method"))
+    capability = constants.INPUT_METHOD_CAPABILITY.get(method)
+    if declared is None or capability is None:
+        return None
+    if capability not in declared:
+        return capability
+    if method == constants.METHOD_ELICIT:
+        modes = declared[capability]
+        mode = str((request.get("params") or {}).get("mode") or "form")
+        if mode == "url" and "url" not in modes:
+            return "elicitation.url"
+        if mode == "form" and modes and "form" not in modes:
+            return "elicitation.form"
+    return None
 
 
 def keep_alive_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> int:

@@ -94,7 +94,9 @@ class WorkerChannel:
         """Issue input requests; return suggested key → minted key.
 
         Raises:
-            ChannelError: 400 for malformed requests; 409 for a synchronous run or a finished task.
+            ChannelError: 400 for malformed requests; 409 for a synchronous run or a finished task; 412 when
+                the client that created the task did not declare the capability a request needs (MCP
+                2026-07-28: no input request of an undeclared kind); nothing is issued then.
         """
         checked = _validate_input_requests(requests)
         if execution.task_id is None:
@@ -103,6 +105,15 @@ class WorkerChannel:
         minted: list[str] = []
 
         def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+            for _suggested, request in checked:
+                missing = transitions.missing_input_capability(record, request)
+                if missing is not None:
+                    raise ChannelError(
+                        412,
+                        f"the client that created this task did not declare the {missing!r} capability, so it "
+                        f"cannot be sent {request['method']!r}; nothing was asked. Declare it in the "
+                        "request's _meta clientCapabilities to answer such input",
+                    )
             updated, keys = transitions.add_input_requests(record, checked, self.clock())
             minted[:] = keys
             return updated, None

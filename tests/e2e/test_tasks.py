@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from mcp_types import jsonrpc
 
@@ -158,3 +159,22 @@ async def test_a_running_task_is_never_expired_its_ttl_grows(mcp: McpHttp) -> No
     assert first["ttlMs"] >= 3_600_000
     await mcp.cancel(task_id)
     await mcp.wait_status(task_id, "cancelled")
+
+
+async def test_a_task_never_asks_for_input_its_client_did_not_declare(mcp: McpHttp) -> None:
+    """MCP 2026-07-28: no input request of a kind the client did not declare. The client declared only the
+    tasks extension: the tool's elicitation fails inside the tool, which ends with a tool error saying so."""
+    only_tasks: dict[str, Any] = {"extensions": {constants.TASKS_EXTENSION: {}}}
+    created = await mcp.call_tool("hello_world", {}, caps=only_tasks)
+    task_id = created.result["taskId"]
+    seen: list[str] = []
+
+    def finished(task: dict[str, Any]) -> bool:
+        seen.append(str(task["status"]))
+        return task["status"] in ("completed", "failed", "cancelled")
+
+    done = await mcp.wait_task(task_id, finished)
+    assert "input_required" not in seen and "inputRequests" not in done
+    assert done["status"] == "completed" and done["result"]["isError"] is True, done
+    text = done["result"]["content"][0]["text"]
+    assert "'elicitation'" in text and "clientCapabilities" in text, text

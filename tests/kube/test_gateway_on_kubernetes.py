@@ -85,6 +85,7 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
             ttl_ms=60_000,
             poll_interval_ms=250,
             pre_input_responses={"before": {"action": "accept", "content": {"name": "x"}}},
+            client_capabilities={"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}},
         )
     )
     ask = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
@@ -107,6 +108,7 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
     assert reread.input_requests == {"r": ask} and reread.input_responses == {"q": {"action": "decline"}}
     assert reread.issued_input_keys == ("q", "r") and reread.attempt == 1 and reread.ttl_ms == 120_000
     assert reread.pre_input_responses == created.pre_input_responses and reread.cancel_requested_by == "alice"
+    assert reread.client_capabilities == {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}}
     assert answered.status is TaskStatus.INPUT_REQUIRED
 
 

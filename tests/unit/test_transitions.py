@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -79,3 +81,30 @@ def test_only_the_lease_holder_renews_and_running_tasks_keep_their_ttl_ahead() -
     assert renewed.created_at + timedelta(milliseconds=renewed.ttl_ms) >= later + timedelta(minutes=1)
     with pytest.raises(LeaseLost):
         transitions.renew(record, "someone-else", later, timedelta(seconds=30), retention_ms=60_000)
+
+
+@pytest.mark.parametrize(
+    ("declared", "asked", "missing"),
+    [
+        (None, {"method": "elicitation/create", "params": {}}, None),
+        ({}, {"method": "elicitation/create", "params": {}}, "elicitation"),
+        ({"elicitation": {}}, {"method": "elicitation/create", "params": {"mode": "form"}}, None),
+        ({"elicitation": {}}, {"method": "elicitation/create", "params": {"mode": "url"}}, "elicitation.url"),
+        ({"elicitation": {"url": {}}}, {"method": "elicitation/create", "params": {}}, "elicitation.form"),
+        ({"elicitation": {"form": {}, "url": {}}}, {"method": "elicitation/create", "params": {"mode": "url"}}, None),
+        ({"elicitation": {}}, {"method": "sampling/createMessage", "params": {}}, "sampling"),
+        ({"sampling": {}}, {"method": "sampling/createMessage", "params": {}}, None),
+        ({"sampling": {}}, {"method": "roots/list", "params": {}}, "roots"),
+    ],
+)
+def test_input_requests_need_the_capability_the_creating_client_declared(
+    declared: dict[str, Any] | None, asked: dict[str, Any], missing: str | None
+) -> None:
+    """MCP 2026-07-28 client capabilities: no input request of a kind the client did not declare."""
+    record = dataclasses.replace(fresh(), client_capabilities=declared)
+    assert transitions.missing_input_capability(record, asked) == missing
+
+
+def test_only_input_capabilities_are_recorded_with_a_task() -> None:
+    caps = {"elicitation": {"form": {}}, "extensions": {"x": {}}, "sampling": True, "roots": {"listChanged": True}}
+    assert transitions.input_capabilities(caps) == {"elicitation": {"form": {}}, "roots": {"listChanged": True}}

@@ -164,7 +164,15 @@ def mcptask_crd() -> JsonObject:
     """The McpTask CRD: one task; `spec` = client intent, `status` (subresource) = what the executor saw."""
     spec = structural_schema(McpTaskSpec)
     spec["description"] = "What the client asked for; written by the gateway. Fields fixed at creation are immutable."
-    for name in ("owner", "tool", "arguments", "createdAt", "pollIntervalMs", "preInputResponses"):
+    for name in (
+        "owner",
+        "tool",
+        "arguments",
+        "createdAt",
+        "pollIntervalMs",
+        "preInputResponses",
+        "clientCapabilities",
+    ):
         _at(spec, name)["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": f"{name} is immutable"}]
     spec["x-kubernetes-validations"] = [
         {"rule": "!oldSelf.cancelRequested || self.cancelRequested", "message": "a cancel request cannot be withdrawn"},

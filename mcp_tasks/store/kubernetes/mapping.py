@@ -64,6 +64,7 @@ def spec_for_new(record: TaskRecord) -> McpTaskSpec:
         ttl_ms=record.ttl_ms,
         poll_interval_ms=record.poll_interval_ms,
         pre_input_responses=record.pre_input_responses,
+        client_capabilities=record.client_capabilities,
         input_responses=record.input_responses,
         cancel_requested=record.cancel_requested_at is not None,
         cancel_requested_at=_opt_iso(record.cancel_requested_at),
@@ -142,6 +143,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         issued_input_keys=tuple(status.issued_input_keys),
         input_responses=unconsumed,
         pre_input_responses=spec.pre_input_responses,
+        client_capabilities=spec.client_capabilities,
         cancel_requested_at=(_opt_time(spec.cancel_requested_at) or created_at) if spec.cancel_requested else None,
         cancel_requested_by=spec.cancel_requested_by,
         result=status.result,
@@ -189,7 +191,8 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
     spec = parse_spec(obj)
     status = parse_status(obj)
     fixed = spec_for_new(record)
-    for name in ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses"):
+    fixed_at_creation = ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses")
+    for name in (*fixed_at_creation, "client_capabilities"):
         if getattr(fixed, name) != getattr(spec, name):
             raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
 

@@ -79,6 +79,8 @@ class McpTaskSpec(_Resource):
     """Retention requested at creation, in ms from `createdAt` (the executor may raise it in `status.ttlMs`)."""
     poll_interval_ms: int = Field(alias="pollIntervalMs", gt=0)
     pre_input_responses: dict[str, JsonObject] = Field(default_factory=dict, alias="preInputResponses")
+    client_capabilities: JsonObject | None = Field(None, alias="clientCapabilities")
+    """The creating request's input capabilities (`elicitation`, `sampling`, `roots`); fixed at creation."""
     """Answers to the tool's `inputBeforeTask` requests, gathered before the task existed."""
     input_responses: dict[str, JsonObject] = Field(default_factory=dict, alias="inputResponses")
     last_answered_at: str | None = Field(None, alias="lastAnsweredAt")
