@@ -1,7 +1,7 @@
 """The tool runtime contract: environment variables and worker-API paths a tool process uses.
 
 Shared by the tool side (`mcp_tasks.runtime`) and the executors that serve it (embedded runner;
-the Kubernetes operator later). Documented for other languages in `docs/tool-runtime.md`.
+the Kubernetes operator). Documented for other languages in `docs/tool-runtime.md`.
 Standard library only.
 """
 
@@ -23,7 +23,9 @@ PATH_STATUS: Final = "/status"
 PATH_INPUT_REQUESTS: Final = "/input-requests"
 """POST `{"inputRequests": {suggestedKey: {method, params}}}` → `{"keys": {suggestedKey: mintedKey}}`.
 
-409 for a synchronous run: only a task can wait for input."""
+409 for a synchronous run: only a task can wait for input. 412 when the client that created the task did
+not declare the capability a request needs (`elicitation`, `elicitation.url`, `sampling`, `roots`); the
+body says which, and nothing is issued."""
 PATH_INPUT_RESPONSES: Final = "/input-responses"
 """GET `?keys=a,b&waitMs=N` → `{"inputResponses": {key: response}}`: answers not yet taken, possibly
 partial, after waiting up to `waitMs` (capped by the server) for at least one. Each answer is handed out once."""

@@ -2,7 +2,7 @@
 
 Standard library only, so it works in any container with Python 3.11+. Talks to the worker API
 named by the environment (`contract`). A tool written with it runs unchanged under the embedded
-runner and (later) the Kubernetes operator.
+runner and the Kubernetes operator.
 
 Example:
     from mcp_tasks.runtime import ToolContext, run

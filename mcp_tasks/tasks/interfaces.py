@@ -1,7 +1,7 @@
 """The seams between the gateway and its deployments: `TaskStore`, `ToolCatalog`, `ArtifactStore`, `ToolExecutor`.
 
 The gateway talks only to these (ARCHITECTURE.md: "The gateway never knows which deployment it is
-in"). `store/sqlite` and (later) `store/kubernetes` implement `TaskStore`; the runner implements
+in"). `store/sqlite` and `store/kubernetes` implement `TaskStore`; the runner implements
 `ToolExecutor`. Also the one retry loop every read-modify-write uses (`transact`).
 """
 
