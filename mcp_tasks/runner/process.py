@@ -184,9 +184,7 @@ class ToolProcess:
         return code
 
     def _signal(self, signum: int) -> None:
-        if self._adopted is not None:
-            signal_group(*self._adopted, signum)
-        elif self._process is not None and self._process.returncode is None:
+        if self._process is not None and self._process.returncode is None:
             self._signal_group(signum)
 
     def _signal_group(self, signum: int) -> None:
@@ -194,16 +192,14 @@ class ToolProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signum)
 
-    def _exited(self) -> bool:
-        if self._adopted is not None:
-            return identity_of(self._adopted[0]) != self._adopted[1]
-        return self._process is None or self._process.returncode is not None
-
     async def stop(self, grace_s: float) -> None:
         """SIGTERM the process group, wait `grace_s` seconds, then SIGKILL; return once it has exited."""
-        if self._process is None and self._adopted is None:
+        if self._adopted is not None:
+            await stop_group(*self._adopted, grace_s)
             return
-        if self._exited():
+        if self._process is None:
+            return
+        if self._process.returncode is not None:
             await self.wait()
             return
         self._signal(signal.SIGTERM)
