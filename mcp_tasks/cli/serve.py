@@ -33,16 +33,27 @@ LINGERING_TIME_S = 1.0
 """How long aiohttp keeps draining a request body it answered early (e.g. 413), in seconds (aiohttp: 10)."""
 
 
-def load_request_state_key(data_dir: Path) -> bytes:
-    """The HMAC key for `requestState`, created once (0600) so restarts and sibling processes share it."""
-    path = data_dir / "request-state.key"
+def load_key(data_dir: Path, name: str) -> bytes:
+    """A 32-byte secret key in `data_dir/name`, created once (mode 0600, fsynced).
+
+    Restarts and sibling processes on the same data folder share it; of two concurrent creators, the
+    first one's key wins (`O_EXCL`).
+    """
+    path = data_dir / name
     data_dir.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         with contextlib.suppress(FileExistsError):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(secrets.token_bytes(32))
+                handle.flush()
+                os.fsync(handle.fileno())
     return path.read_bytes()
+
+
+def load_request_state_key(data_dir: Path) -> bytes:
+    """The HMAC key for `requestState` (`request-state.key`), shared by restarts and sibling processes."""
+    return load_key(data_dir, "request-state.key")
 
 
 def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
@@ -55,7 +66,15 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     store = SqliteTaskStore(data_dir / "tasks.sqlite3")
     catalog = FileToolCatalog(serve.tools_dirs)
     artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
-    runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner, state_dir=data_dir)
+    runner = LocalRunner(
+        store,
+        catalog,
+        artifacts,
+        utc_now,
+        settings.runner,
+        state_dir=data_dir,
+        worker_key=load_key(data_dir, "worker.key"),
+    )
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
     )

@@ -73,25 +73,6 @@ async def first_of(*waits: Awaitable[object]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _load_worker_key(state_dir: Path) -> bytes:
-    """The runner's worker key from `<state_dir>/worker.key` (created, mode 0600, on first use)."""
-    path = state_dir / "worker.key"
-    try:
-        key = path.read_bytes()
-    except FileNotFoundError:
-        key = b""
-    if len(key) >= 32:
-        return key
-    state_dir.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(key)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return key
-
-
 def _cannot_start(tool: ToolSpec, exc: OSError) -> str:
     """Why a tool's command could not be started, naming the program and what to check."""
     program = command_for(tool)[0]
@@ -136,7 +117,9 @@ class RunnerSettings:
 class LocalRunner:
     """The embedded executor; also the gateway's `ToolExecutor` for synchronous calls.
 
-    Use `await start()` and `await aclose()`.
+    Use `await start()` and `await aclose()`. A restarted server adopts the runs of a crashed one
+    (docs/design.md §7) when it gets the same `state_dir` (worker port, stderr files) and the same
+    persisted `worker_key` (the tools' tokens are derived from it); without them runs are not adoptable.
     """
 
     def __init__(
@@ -147,6 +130,7 @@ class LocalRunner:
         clock: Clock,
         settings: RunnerSettings,
         state_dir: Path | None = None,
+        worker_key: bytes | None = None,
     ) -> None:
         self.store = store
         self.catalog = catalog
@@ -162,12 +146,12 @@ class LocalRunner:
         self._base_url = ""
         self._port = 0
         self._capacity_freed = asyncio.Event()
-        # Where runs survive this process: the worker key (tokens a restarted runner can verify), the
-        # worker port (tools keep calling it) and each run's stderr file. Without a state folder runs
-        # are not adoptable: a temporary folder holds the stderr files and the key lives in memory.
+        # Where runs survive this process: the worker port (tools keep calling it) and each run's stderr
+        # file; with the persisted worker key (tokens a restarted runner can verify) runs are adoptable.
+        # Without a state folder a temporary folder holds the stderr files and the key lives in memory.
         self._state_dir = state_dir
         self._runs_dir = (state_dir / "runs") if state_dir is not None else Path(tempfile.mkdtemp(prefix="mcptasks-"))
-        self._worker_key = _load_worker_key(state_dir) if state_dir is not None else secrets.token_bytes(32)
+        self._worker_key = worker_key if worker_key is not None else secrets.token_bytes(32)
 
     @property
     def _lease(self) -> timedelta:
