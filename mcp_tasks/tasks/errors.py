@@ -27,6 +27,21 @@ class InvalidInputResponse(TaskError):
     """An answer in `tasks/update` does not fit the input request it answers (e.g. not an `ElicitResult`)."""
 
 
+class InputCapabilityMissing(TaskError):
+    """An input request needs a capability the client that created the task did not declare.
+
+    `capability` names it (`elicitation`, `elicitation.url`, `elicitation.form`, `sampling`, `roots`).
+    """
+
+    def __init__(self, capability: str, method: str) -> None:
+        super().__init__(
+            f"the client that created this task did not declare the {capability!r} capability, so it cannot be "
+            f"sent {method!r}; nothing was asked. Declare it in the request's _meta clientCapabilities to "
+            "answer such input"
+        )
+        self.capability = capability
+
+
 class ResultTooLarge(TaskError):
     """A tool result exceeds the artifact limit and cannot be stored at all."""
 

@@ -17,7 +17,7 @@ from mcp_types import jsonrpc
 from mcp_tasks.protocol import constants, inputs
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks.errors import IllegalTransition, InvalidInputResponse, LeaseLost
+from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, InvalidInputResponse, LeaseLost
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, to_epoch_ms
@@ -214,7 +214,16 @@ def add_input_requests(
     """Issue input requests (`(suggested key, {method, params})` pairs) and park the task in `input_required`.
 
     Returns the new record and the minted keys, in request order.
+
+    Raises:
+        InputCapabilityMissing: a request needs a capability the task's client did not declare
+            (`missing_input_capability`); nothing is issued (MCP 2026-07-28 client capabilities).
     """
+    requests = list(requests)
+    for _suggested, request in requests:
+        missing = missing_input_capability(record, request)
+        if missing is not None:
+            raise InputCapabilityMissing(missing, str(request.get("method")))
     issued = list(record.issued_input_keys)
     pending = dict(record.input_requests)
     minted: list[str] = []

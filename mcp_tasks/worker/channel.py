@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import results, transitions
-from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
+from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
@@ -105,15 +105,6 @@ class WorkerChannel:
         minted: list[str] = []
 
         def change(record: TaskRecord) -> tuple[TaskRecord, None]:
-            for _suggested, request in checked:
-                missing = transitions.missing_input_capability(record, request)
-                if missing is not None:
-                    raise ChannelError(
-                        412,
-                        f"the client that created this task did not declare the {missing!r} capability, so it "
-                        f"cannot be sent {request['method']!r}; nothing was asked. Declare it in the "
-                        "request's _meta clientCapabilities to answer such input",
-                    )
             updated, keys = transitions.add_input_requests(record, checked, self.clock())
             minted[:] = keys
             return updated, None
@@ -122,6 +113,8 @@ class WorkerChannel:
             await transact(self.store, execution.task_id, change)
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
+        except InputCapabilityMissing as exc:
+            raise ChannelError(412, str(exc)) from exc
         return {suggested: key for (suggested, _), key in zip(checked, minted, strict=True)}
 
     async def take_responses(self, execution: Execution, keys: list[str], wait_s: float) -> JsonObject:

@@ -11,7 +11,7 @@ import pytest
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost
+from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, LeaseLost
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -108,3 +108,10 @@ def test_input_requests_need_the_capability_the_creating_client_declared(
 def test_only_input_capabilities_are_recorded_with_a_task() -> None:
     caps = {"elicitation": {"form": {}}, "extensions": {"x": {}}, "sampling": True, "roots": {"listChanged": True}}
     assert transitions.input_capabilities(caps) == {"elicitation": {"form": {}}, "roots": {"listChanged": True}}
+
+
+def test_an_undeclared_kind_of_input_is_never_issued() -> None:
+    record = dataclasses.replace(fresh(), client_capabilities={"sampling": {}})
+    with pytest.raises(InputCapabilityMissing) as refused:
+        transitions.add_input_requests(record, [("name", ELICIT)], NOW)
+    assert refused.value.capability == "elicitation" and "clientCapabilities" in str(refused.value)
