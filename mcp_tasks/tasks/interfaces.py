@@ -7,6 +7,8 @@ in"). `store/sqlite` and `store/kubernetes` implement `TaskStore`; the runner im
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -139,23 +141,32 @@ class ToolExecutor(Protocol):
         ...
 
 
+_BACKOFF_BASE_S = 0.001  # first retry waits up to 2 ms
+_BACKOFF_CAP_S = 0.1  # no retry waits more than 100 ms
+
+
 async def transact(
     store: TaskStore,
     task_id: str,
     change: Callable[[TaskRecord], tuple[TaskRecord, T]],
     owner: Owner | None = None,
-    attempts: int = 8,
+    attempts: int = 16,
 ) -> tuple[TaskRecord, T]:
     """Read-modify-write one task with compare-and-swap, retrying on conflict.
 
     `change` is a pure function returning the new record and a value for the caller; when it returns
-    the very record it was given, nothing is written.
+    the very record it was given, nothing is written. Between tries the writer sleeps a random time up
+    to an exponentially growing cap ("full jitter": 2 ms, 4 ms, ... at most 100 ms), so N writers racing
+    on one task spread out and each lands in about N rounds instead of all retrying in lock-step; the
+    worst case over the default 16 attempts is about 1.1 s of waiting.
 
     Raises:
         TaskNotFound: the task is missing or not visible to `owner`.
         VersionConflict: still conflicting after `attempts` tries.
     """
-    for _ in range(attempts):
+    for attempt in range(attempts):
+        if attempt:
+            await asyncio.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
         current = await store.get(task_id, owner)
         updated, value = change(current)
         if updated is current:
