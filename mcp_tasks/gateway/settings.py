@@ -28,6 +28,13 @@ class GatewaySettings:
         request_state_ttl_s: how long an issued `requestState` stays valid, in seconds (default 10 min).
         listen_max_task_ids: most task ids one `subscriptions/listen` may watch.
         listen_keepalive_s: SSE comment keepalive interval on listen streams, in seconds.
+        legacy_call_timeout_s: longest a legacy-era (2025-11-25) `tools/call` stays open, in seconds
+            (default 600). Such a client cannot poll a task, so its call is a stream; after this long the
+            hidden task is cancelled and the call ends with an `isError` result that says to connect
+            with the tasks extension.
+        accept_missing_name_header: accept `tasks/get`, `tasks/update` and `tasks/cancel` without the
+            `Mcp-Name` header (default false: -32020 naming the header to add, as SEP-2243 asks). For
+            clients that omit it (fastmcp-tasks 4.1); a header that differs from the body is always refused.
     """
 
     server_name: str = "mcp-tasks"
@@ -43,3 +50,5 @@ class GatewaySettings:
     request_state_ttl_s: int = 600
     listen_max_task_ids: int = 100
     listen_keepalive_s: float = 15.0
+    legacy_call_timeout_s: float = 600.0
+    accept_missing_name_header: bool = False

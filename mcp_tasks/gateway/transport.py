@@ -1,8 +1,9 @@
-"""Streamable HTTP (stateless, MCP 2026-07-28) on `POST /mcp`: the only place that speaks HTTP.
+"""Streamable HTTP (stateless, MCP 2026-07-28, and the legacy era) on `POST /mcp`: the only place that speaks HTTP.
 
 Per POST: `Origin`/`Host` check (403) → authentication on headers (401) → body within its size, time
-and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → one JSON-RPC message (-32600;
-array params or lone surrogates in params -32602) → notification? 202 → `_meta`/headers/version
+and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → a client's response to one of our
+input requests? (`legacy.accept_reply`) → one JSON-RPC message (-32600; array params or lone
+surrogates in params -32602) → legacy era? (`legacy.serve`) → notification? 202 → `_meta`/headers/version
 (-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
 `Mcp-Session-Id` and `Last-Event-ID` are ignored. One mapper turns every exception into an error object.
 """
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from mcp_tasks.gateway import dispatch, listen
+from mcp_tasks.gateway import dispatch, legacy, listen
 from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.protocol import constants
@@ -272,11 +273,17 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     request_id: RequestId | None = None
     try:
         payload = decode_body(body)
+        if legacy.is_input_reply(payload):
+            return await legacy.accept_reply(payload, owner, services)
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
+        if legacy.selects_legacy(request.headers, message):
+            return await legacy.serve(request, message, owner, services, map_exception)
         if message.is_notification:
             return web.Response(status=202)
-        envelope = validate_envelope(request.headers, message)
+        envelope = validate_envelope(
+            request.headers, message, accept_missing_task_name=settings.accept_missing_name_header
+        )
         ctx = RequestContext(message, envelope, owner, request.headers, services)
         if message.method == constants.METHOD_SUBSCRIPTIONS_LISTEN:
             return await listen.listen(request, ctx)

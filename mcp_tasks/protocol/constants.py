@@ -12,8 +12,18 @@ from typing import Final
 PROTOCOL_VERSION: Final = "2026-07-28"
 """The only protocol revision this server speaks (stateless, per-request `_meta`)."""
 
-SUPPORTED_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = (PROTOCOL_VERSION,)
-"""Listed in `server/discover.supportedVersions` and in -32022 `data.supported`."""
+MODERN_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = (PROTOCOL_VERSION,)
+"""Revisions a request may name in `_meta` (the modern, stateless era)."""
+
+LEGACY_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+"""Handshake-era revisions an `initialize` may select (newest first); served statelessly, no session."""
+
+LEGACY_DEFAULT_VERSION: Final = "2025-03-26"
+"""What a request without `MCP-Protocol-Version` and without `_meta` is taken to speak (2025-06-18
+`transports.mdx` §Protocol Version Header: the server SHOULD assume 2025-03-26)."""
+
+SUPPORTED_PROTOCOL_VERSIONS: Final[tuple[str, ...]] = MODERN_PROTOCOL_VERSIONS + LEGACY_PROTOCOL_VERSIONS
+"""Every revision served on the endpoint: `server/discover.supportedVersions` and -32022 `data.supported`."""
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 """Extension identifier declared under `clientCapabilities.extensions` (SEP-2663 Negotiation)."""
@@ -47,6 +57,13 @@ METHOD_TASKS_GET: Final = "tasks/get"
 METHOD_TASKS_UPDATE: Final = "tasks/update"
 METHOD_TASKS_CANCEL: Final = "tasks/cancel"
 METHOD_SUBSCRIPTIONS_LISTEN: Final = "subscriptions/listen"
+
+# Legacy-era (2025-11-25) methods, served only to requests without a modern `_meta`.
+METHOD_INITIALIZE: Final = "initialize"
+METHOD_PING: Final = "ping"
+NOTIFICATION_INITIALIZED: Final = "notifications/initialized"
+NOTIFICATION_CANCELLED: Final = "notifications/cancelled"
+NOTIFICATION_PROGRESS: Final = "notifications/progress"
 
 # Notifications we send.
 NOTIFICATION_TASKS: Final = "notifications/tasks"

@@ -125,7 +125,8 @@ class UnsupportedProtocolVersion(ProtocolError):
     def __init__(self, requested: str) -> None:
         super().__init__(
             f"Unsupported protocol version {requested!r}; this server speaks "
-            f"{', '.join(constants.SUPPORTED_PROTOCOL_VERSIONS)}",
+            f"{', '.join(constants.MODERN_PROTOCOL_VERSIONS)} in each request's _meta, and "
+            f"{', '.join(constants.LEGACY_PROTOCOL_VERSIONS)} after an initialize",
             {"supported": list(constants.SUPPORTED_PROTOCOL_VERSIONS), "requested": requested},
         )
 

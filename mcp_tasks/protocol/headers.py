@@ -82,8 +82,13 @@ def decode_header_value(raw: str) -> str:
     return value
 
 
-def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEnvelope:
+def validate_envelope(
+    headers: Mapping[str, str], message: Message, *, accept_missing_task_name: bool = False
+) -> RequestEnvelope:
     """Validate `_meta`, the routing headers and the protocol version of one request, in spec order.
+
+    `accept_missing_task_name` lets a `tasks/*` request omit `Mcp-Name` (never send a different one);
+    off by default, as SEP-2243 asks clients to send it and the conformance suite checks the refusal.
 
     Raises:
         InvalidParams: `params._meta` or one of its required keys is missing or mistyped (-32602, HTTP 400).
@@ -95,7 +100,7 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
         raise InvalidParams(
             "Invalid params: params._meta must be an object on every 2026-07-28 request "
             f"(with {constants.META_PROTOCOL_VERSION!r} and {constants.META_CLIENT_CAPABILITIES!r}); "
-            f"this server speaks only {', '.join(constants.SUPPORTED_PROTOCOL_VERSIONS)}, without initialize",
+            f"a legacy client ({', '.join(constants.LEGACY_PROTOCOL_VERSIONS)}) starts with initialize instead",
             {"supported": list(constants.SUPPORTED_PROTOCOL_VERSIONS)},
         )
     version = meta.get(constants.META_PROTOCOL_VERSION)
@@ -118,7 +123,12 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
     if name_key is not None:
         body_value = message.params.get(name_key)
         header_name = headers.get(constants.HEADER_NAME)
-        if isinstance(body_value, str) and (header_name is None or decode_header_value(header_name) != body_value):
+        tolerated = header_name is None and accept_missing_task_name and message.method in constants.TASK_METHODS
+        if (
+            isinstance(body_value, str)
+            and not tolerated
+            and (header_name is None or decode_header_value(header_name) != body_value)
+        ):
             sendable = body_value.isascii() and body_value.isprintable() and len(body_value) <= 128
             hint = f": send `{constants.HEADER_NAME}: {body_value}`" if sendable else " (base64-wrapped if not ASCII)"
             missing = "is missing" if header_name is None else "differs from the body"
@@ -126,7 +136,7 @@ def validate_envelope(headers: Mapping[str, str], message: Message) -> RequestEn
                 f"{constants.HEADER_NAME} header {missing}; it must equal params.{name_key} for {message.method}"
                 f"{hint} (SEP-2243)"
             )
-    if version not in constants.SUPPORTED_PROTOCOL_VERSIONS:
+    if version not in constants.MODERN_PROTOCOL_VERSIONS:  # a legacy revision is chosen by initialize, not _meta
         raise UnsupportedProtocolVersion(version)
     return RequestEnvelope(protocol_version=version, client_capabilities=capabilities, meta=meta)
 

@@ -6,6 +6,7 @@ See `docs/tool-runtime.md` for the plain-HTTP contract behind it.
 from mcp_tasks.runtime import contract
 from mcp_tasks.runtime.tool import (
     ClientLacksCapability,
+    InputRequestFailed,
     ProtocolFailure,
     ToolContext,
     ToolError,
@@ -16,6 +17,7 @@ from mcp_tasks.runtime.tool import (
 
 __all__ = [
     "ClientLacksCapability",
+    "InputRequestFailed",
     "ProtocolFailure",
     "ToolContext",
     "ToolError",

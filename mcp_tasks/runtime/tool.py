@@ -47,10 +47,16 @@ class ProtocolFailure(Exception):
 class ClientLacksCapability(ToolError):
     """The client that created the task did not declare the capability an input request needs.
 
-    Raised by `ToolContext.ask` (and `elicit`) before anything is asked. As a `ToolError` it ends the
-    task `completed` with `isError: true` and a message saying what the client must declare, unless the
-    tool catches it and does without the input.
+    Raised by `ToolContext.ask` (and `elicit`) before anything is asked, or, for a legacy-era
+    (2025-11-25) client whose capabilities the stateless server cannot know, when that client answered
+    the request with "method not found" / "not supported". As a `ToolError` it ends the task `completed`
+    with `isError: true` and a message saying what the client must declare, unless the tool catches it
+    and does without the input.
     """
+
+
+class InputRequestFailed(ToolError):
+    """A legacy-era client answered an input request with a JSON-RPC error other than "not supported"."""
 
 
 class WorkerApiError(RuntimeError):
@@ -149,6 +155,8 @@ class ToolContext:
             for key, response in (got.get("inputResponses") or {}).items():
                 if key in by_key:
                     answers[by_key[key]] = response
+        for suggested, answer in answers.items():
+            _raise_if_refused(str(requests[suggested].get("method")), answer)
         return answers
 
     def elicit(self, key: str, message: str, properties: Json, required: list[str] | None = None) -> Json:
@@ -179,6 +187,25 @@ class ToolContext:
         self._call("POST", contract.PATH_RESULT, {"error": error, "statusMessage": str(failure)})
 
 
+def _raise_if_refused(method: str, answer: Json) -> None:
+    """Turn a legacy client's JSON-RPC error answer (`{"error": {code, message}}`) into an exception.
+
+    Raises:
+        ClientLacksCapability: -32601 (no handler for `method`), or a message saying it is not supported.
+        InputRequestFailed: any other error the client answered.
+    """
+    error = answer.get("error") if isinstance(answer, dict) and set(answer) == {"error"} else None
+    if not isinstance(error, dict):
+        return
+    code, message = error.get("code"), str(error.get("message", ""))
+    if code == _METHOD_NOT_FOUND or "not supported" in message.lower():
+        raise ClientLacksCapability(
+            f"The client cannot answer {method} ({message or code}); connect with a client that declares it"
+        )
+    raise InputRequestFailed(f"The client answered {method} with error {code}: {message}")
+
+
+_METHOD_NOT_FOUND = -32601
 _UNAVAILABLE = frozenset({502, 503, 504})
 _PRECONDITION_FAILED = 412
 

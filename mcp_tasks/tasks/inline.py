@@ -57,7 +57,7 @@ class TaskBackedExecutor:
         deadline = loop.time() + tool.execution.sync_timeout_seconds
         while True:
             record = await self.store.get(record.task_id)
-            outcome = _outcome(record)
+            outcome = call_outcome(record)
             if outcome is not None:
                 return outcome
             if record.status is TaskStatus.INPUT_REQUIRED:
@@ -79,8 +79,11 @@ class TaskBackedExecutor:
             return
 
 
-def _outcome(record: TaskRecord) -> JsonObject | None:
-    """The call's result once the task is terminal, else `None`."""
+def call_outcome(record: TaskRecord) -> JsonObject | None:
+    """The `CallToolResult` a synchronous caller gets once the hidden task is terminal, else `None`.
+
+    Completed: the tool's result (without `resultType`); failed or cancelled: an `isError` result.
+    """
     if record.status is TaskStatus.COMPLETED and record.result is not None:
         return {key: value for key, value in record.result.items() if key != "resultType"}
     if record.status is TaskStatus.FAILED:

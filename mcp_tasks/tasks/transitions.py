@@ -267,6 +267,23 @@ def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now:
     return _move(record, status, now, input_requests=pending, input_responses=stored)
 
 
+def refuse_input_request(record: TaskRecord, key: str, error: JsonObject, now: datetime) -> TaskRecord:
+    """Record that the client answered pending input request `key` with a JSON-RPC error object.
+
+    Only a legacy-era (2025-11-25) client can do this: it gets the request as a server-to-client
+    JSON-RPC request and may answer `{"code": -32601, ...}` when it has no handler for the method (a
+    capability it did not declare). The key moves to `input_responses` as `{"error": error}`, which the
+    tool's runtime turns into `ClientLacksCapability` or `InputRequestFailed`. A key that is not pending
+    leaves the record unchanged.
+    """
+    if record.status.is_terminal or key not in record.input_requests:
+        return record
+    pending = {k: v for k, v in record.input_requests.items() if k != key}
+    stored = {**record.input_responses, key: {"error": dict(error)}}
+    status = TaskStatus.INPUT_REQUIRED if pending else TaskStatus.WORKING
+    return _move(record, status, now, input_requests=pending, input_responses=stored)
+
+
 def take_input_responses(record: TaskRecord, keys: Iterable[str]) -> tuple[TaskRecord, dict[str, JsonObject]]:
     """Hand the worker the answered responses for `keys` and drop them from the record (consumed once)."""
     wanted = set(keys)

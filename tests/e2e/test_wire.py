@@ -65,7 +65,7 @@ async def test_client_info_is_optional(mcp: McpHttp) -> None:
     meta = {constants.META_PROTOCOL_VERSION: constants.PROTOCOL_VERSION, constants.META_CLIENT_CAPABILITIES: {}}
     reply = await mcp.request("server/discover", {"_meta": meta}, with_meta=False)
     assert reply.status == 200
-    assert reply.result["supportedVersions"] == [constants.PROTOCOL_VERSION]
+    assert reply.result["supportedVersions"] == [constants.PROTOCOL_VERSION, *constants.LEGACY_PROTOCOL_VERSIONS]
 
 
 async def test_header_mismatches_are_32020(mcp: McpHttp) -> None:
@@ -105,7 +105,7 @@ async def test_unsupported_version_is_32022_with_supported_and_requested(mcp: Mc
     )
     assert reply.status == 400
     assert reply.error["code"] == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION
-    assert reply.error["data"] == {"supported": [constants.PROTOCOL_VERSION], "requested": "v999.0.0"}
+    assert reply.error["data"] == {"supported": list(constants.SUPPORTED_PROTOCOL_VERSIONS), "requested": "v999.0.0"}
 
 
 async def test_removed_and_unknown_methods_are_32601_with_404(mcp: McpHttp) -> None:
@@ -251,5 +251,27 @@ async def test_tools_list_pages_with_an_opaque_cursor(tmp_path: Path, http_sessi
                 break
         assert names == [spec.name for spec in server.services.catalog.list_tools()]
         assert len(names) > 8
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_a_missing_mcp_name_on_tasks_methods_can_be_accepted_but_a_different_one_never(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """`accept_missing_name_header` (off by default) is for clients that omit `Mcp-Name` on `tasks/*`
+    (fastmcp-tasks 4.1); a header that disagrees with the body is still -32020, and other methods keep
+    requiring it."""
+    base = server_settings(tmp_path)
+    settings = replace(base, gateway=replace(base.gateway, accept_missing_name_header=True))
+    server, web_runner = await start_embedded(settings)
+    try:
+        mcp = McpHttp(http_session, server.url)
+        task_id = await mcp.start_task("sleeper", {"seconds": 0.1})
+        reply = await mcp.get(task_id, headers={constants.HEADER_NAME: None})
+        assert reply.status == 200 and reply.result["taskId"] == task_id
+        reply = await mcp.get(task_id, headers={constants.HEADER_NAME: "f" * 32})
+        assert reply.error["code"] == jsonrpc.HEADER_MISMATCH
+        reply = await mcp.call_tool("greet", {"name": "a"}, headers={constants.HEADER_NAME: None})
+        assert reply.error["code"] == jsonrpc.HEADER_MISMATCH
     finally:
         await web_runner.cleanup()

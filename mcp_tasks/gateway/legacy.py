@@ -1,0 +1,242 @@
+"""The legacy era (MCP 2025-11-25 and older) on the same `POST /mcp`, served without a session.
+
+MCP 2026-07-28 `versioning.mdx` lets one endpoint serve both eras; an `initialize` selects legacy
+semantics. A request is legacy (`selects_legacy`) when its `params._meta` names no
+`io.modelcontextprotocol/protocolVersion` and its `MCP-Protocol-Version` header is absent or a legacy
+revision; everything else stays on the modern path unchanged (an `initialize` with a modern `_meta`
+is still -32601/404).
+
+Served: `initialize` (tools and resources capabilities, no `Mcp-Session-Id`: the 2025-11-25 transport
+lets a server issue none), `notifications/initialized`, `ping`, `tools/list`, `tools/call`,
+`resources/list`, `resources/read`, `notifications/cancelled`, and the client's JSON-RPC responses to
+the input requests a call streamed (`accept_reply`). Nothing is kept per connection, so any replica
+answers any legacy request. Not served: the 2025-11-25 experimental tasks API (`tasks/result`,
+`tasks/list`, a `task` request parameter): -32601 or ignored, as the tasks extension's migration table
+asks. JSON-RPC errors to legacy requests travel with HTTP 200 (their clients treat any other status as
+a transport failure); refusals at the door (401, 403, 413, ...) are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from mcp_tasks.gateway import artifacts, discovery, legacy_calls
+from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MethodNotFound, ProtocolError
+from mcp_tasks.protocol.headers import RequestEnvelope
+from mcp_tasks.protocol.jsonrpc import Message, error_response, result_response
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound
+from mcp_tasks.tasks.interfaces import InputNeeded, transact
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.results import error_result
+from mcp_tasks.tasks.tools import TaskPolicy
+
+logger = logging.getLogger("mcp_tasks.gateway")
+
+LEGACY_METHODS: Final = frozenset(
+    {
+        constants.METHOD_INITIALIZE,
+        constants.METHOD_PING,
+        constants.METHOD_TOOLS_LIST,
+        constants.METHOD_TOOLS_CALL,
+        "resources/list",
+        constants.METHOD_RESOURCES_READ,
+    }
+)
+"""Requests the legacy era is served; any other legacy request is -32601."""
+
+_MODERN_ONLY_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
+
+
+def selects_legacy(headers: Mapping[str, str], message: Message) -> bool:
+    """True when `message` speaks the legacy era; pure, headers case-insensitive.
+
+    Legacy: no `io.modelcontextprotocol/protocolVersion` in `params._meta`, and either a legacy
+    `MCP-Protocol-Version` header (any method: an unserved one is a legacy -32601) or no header at all
+    with a method the legacy era is served (`initialize` comes without one). Without either, a request
+    stays modern, so `server/discover` without `_meta` is still the modern -32602.
+    """
+    meta = message.params.get("_meta")
+    if isinstance(meta, dict) and constants.META_PROTOCOL_VERSION in meta:
+        return False
+    header = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip()
+    if header:
+        return header in constants.LEGACY_PROTOCOL_VERSIONS
+    return message.is_notification or message.method in LEGACY_METHODS
+
+
+def is_input_reply(payload: Any) -> bool:
+    """True for a client's JSON-RPC response to one of our input requests (its id has our prefix)."""
+    return (
+        isinstance(payload, dict)
+        and "method" not in payload
+        and ("result" in payload or "error" in payload)
+        and isinstance(payload.get("id"), str)
+        and payload["id"].startswith(legacy_calls.INPUT_REPLY_PREFIX)
+    )
+
+
+def _json(body: JsonObject, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _context(message: Message, owner: Owner, headers: Mapping[str, str], services: Services) -> RequestContext:
+    """A `RequestContext` for the modern handlers we reuse; a legacy request declares no capabilities."""
+    version = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip() or constants.LEGACY_DEFAULT_VERSION
+    envelope = RequestEnvelope(protocol_version=version, client_capabilities={}, meta={})
+    return RequestContext(message, envelope, owner, headers, services)
+
+
+def _legacy_form(result: JsonObject) -> JsonObject:
+    """Drop the 2026-07-28-only result fields (`resultType`, cache hints) a legacy client does not know."""
+    return {key: value for key, value in result.items() if key not in _MODERN_ONLY_RESULT_KEYS}
+
+
+def _initialize(ctx: RequestContext) -> JsonObject:
+    """`InitializeResult`: the requested legacy revision when served, else our newest legacy one."""
+    requested = ctx.params.get("protocolVersion")
+    served = constants.LEGACY_PROTOCOL_VERSIONS
+    version = requested if isinstance(requested, str) and requested in served else served[0]
+    settings = ctx.services.settings
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {}, "resources": {}},
+        "serverInfo": {"name": settings.server_name, "version": settings.server_version},
+        "instructions": (
+            "Every tool can be called; long ones stream progress and input requests on the call's response. "
+            f"Clients with MCP 2026-07-28 and the {constants.TASKS_EXTENSION} extension get durable tasks instead."
+        ),
+    }
+
+
+async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamResponse | JsonObject:
+    """Legacy `tools/call`: quick tools run as a synchronous call does; others as a streamed hidden task."""
+    name = ctx.params.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidParams("Invalid params: params.name (the tool name) is required")
+    arguments = ctx.params.get("arguments")
+    arguments = {} if arguments is None else arguments
+    if not isinstance(arguments, dict):
+        raise InvalidParams("Invalid params: params.arguments must be an object")
+    tool = ctx.services.catalog.get_tool(name)
+    if tool is None:
+        raise InvalidParams(f"Invalid params: unknown tool {name!r}; call tools/list for the available tools")
+    problems = tool.argument_errors(arguments)
+    if problems:
+        return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))
+    if tool.manifest.input_before_task:
+        return error_result(
+            f"Tool {name!r} asks for confirmation before it starts (inputBeforeTask), which needs a multi-round "
+            "call; connect with MCP 2026-07-28 to use it"
+        )
+    if tool.execution.task_policy is TaskPolicy.NEVER:
+        try:
+            return dict(await ctx.services.executor.run_inline(tool, arguments, ctx.owner, {}))
+        except InputNeeded:
+            return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")
+        except TimeoutError:
+            return error_result(f"Tool {name!r} did not finish within {tool.execution.sync_timeout_seconds:g}s")
+    return await legacy_calls.stream_call(request, ctx, tool, arguments)
+
+
+async def serve(
+    request: web.Request,
+    message: Message,
+    owner: Owner,
+    services: Services,
+    mapper: Callable[[Exception], ProtocolError],
+) -> web.StreamResponse:
+    """Answer one legacy request or notification (`selects_legacy` was true).
+
+    `mapper` is the gateway's one exception → `ProtocolError` mapper. Notifications get 202; requests
+    get a JSON result or error (HTTP 200), or, for a streamed `tools/call`, an SSE stream.
+    """
+    if message.is_notification:
+        if message.method == constants.NOTIFICATION_CANCELLED:
+            try:
+                await legacy_calls.cancel_call(services, owner, message.params.get("requestId"))
+            except Exception as exc:  # a notification gets no answer; a failed cancel is only logged
+                mapper(exc)
+        return web.Response(status=202)
+    assert message.request_id is not None
+    ctx = _context(message, owner, request.headers, services)
+    try:
+        if message.method == constants.METHOD_INITIALIZE:
+            result: JsonObject | web.StreamResponse = _initialize(ctx)
+        elif message.method == constants.METHOD_PING:
+            result = {}
+        elif message.method == constants.METHOD_TOOLS_LIST:
+            listed = await discovery.list_tools(ctx)
+            result = {**listed, "tools": [_legacy_tool(tool) for tool in listed["tools"]]}
+        elif message.method == "resources/list":
+            result = await discovery.list_resources(ctx)
+        elif message.method == constants.METHOD_RESOURCES_READ:
+            result = await artifacts.read_resource(ctx)
+        elif message.method == constants.METHOD_TOOLS_CALL:
+            result = await _call_tool(request, ctx)
+        else:
+            raise MethodNotFound(f"Method not found: {message.method}")
+    except Exception as exc:
+        error = mapper(exc)
+        return _json(error_response(message.request_id, error))
+    if isinstance(result, web.StreamResponse):
+        return result
+    return _json(result_response(message.request_id, _legacy_form(result)))
+
+
+def _legacy_tool(tool: JsonObject) -> JsonObject:
+    """A `Tool` as 2025-11-25 lists it: without the 2026-07-28 `execution.taskPolicy` hint."""
+    execution = tool.get("execution")
+    if not isinstance(execution, dict):
+        return tool
+    kept = {key: value for key, value in execution.items() if key != "taskPolicy"}
+    return {**{k: v for k, v in tool.items() if k != "execution"}, **({"execution": kept} if kept else {})}
+
+
+async def accept_reply(payload: JsonObject, owner: Owner, services: Services) -> web.Response:
+    """Deliver a client's response to one of our input requests to its task, on any replica.
+
+    202 when it answered a pending request of the caller's own call. A forged id, another principal's,
+    one whose call ended, or one already answered: 400 with the same -32602 (2025-11-25 transport: a
+    response the server cannot accept gets an HTTP error status). An answer that does not fit its
+    request (an `ElicitResult` without `action`): 400 with a -32602 naming the key.
+    """
+    refused = InvalidParams("Invalid params: no pending request has this id; it may have ended or been answered")
+    parsed = legacy_calls.parse_input_reply_id(services.settings.request_state_secret, owner, payload["id"])
+    if parsed is None:
+        return _json(error_response(None, refused), 400)
+    task_id, key = parsed
+    answer = payload.get("result")
+    error = payload.get("error")
+    now = services.clock()
+
+    def apply(record: TaskRecord) -> tuple[TaskRecord, bool]:
+        if key not in record.input_requests:
+            return record, False
+        if isinstance(error, dict):
+            return transitions.refuse_input_request(record, key, error, now), True
+        if not isinstance(answer, dict):
+            raise InvalidInputResponse(f"inputResponses[{key!r}] must be an object")
+        return transitions.answer_input_requests(record, {key: answer}, now), True
+
+    try:
+        _record, delivered = await transact(services.store, task_id, apply, owner)
+    except TaskNotFound:
+        delivered = False
+    except InvalidInputResponse as exc:
+        return _json(error_response(None, InvalidParams(f"Invalid params: {exc}")), 400)
+    if not delivered:
+        return _json(error_response(None, refused), 400)
+    return web.Response(status=202)

@@ -1,0 +1,242 @@
+"""A legacy-era (MCP 2025-11-25) `tools/call`: a hidden task followed on the POST's SSE stream.
+
+A legacy client cannot poll a task, so its call is the stream: the tool runs as a task the client
+never sees (durable, in the same store, run by the same executor as any task), and the replica that
+took the POST follows the record and writes, in order:
+
+- `notifications/progress` `{progressToken, progress, message}` whenever the task's `statusMessage`
+  changes, when the request carried `_meta.progressToken` (2025-11-25 `utilities/progress`);
+- each pending input request as a server-to-client JSON-RPC request (`elicitation/create`,
+  `sampling/createMessage`, `roots/list`). Its `id` is `input_reply_id`: it names the task and the
+  input key and carries an HMAC bound to the principal, so the client's response, POSTed to any
+  replica, reaches the task through the store (`legacy.accept_reply`) and a forged or foreign id is
+  refused like an unknown one;
+- the call's response: the task's `CallToolResult`.
+
+No session: the server keeps nothing that outlives the request. The stateless server cannot know what
+the client declared in `initialize`, so input requests are sent, and a client without a handler
+answers with an error (-32601), which the tool sees as `ClientLacksCapability`.
+
+Cancellation: the hidden task's id is derived from (principal, the call's JSON-RPC id, a generation
+0..7), so `notifications/cancelled {requestId}` at any replica finds it (`cancel_call`); a client that
+disconnects mid-call cancels it too. After `legacy_call_timeout_s` the task is cancelled and the call
+ends with an `isError` result saying to connect with the tasks extension.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+from typing import Final
+
+from aiohttp import web
+
+from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
+from mcp_tasks.protocol.jsonrpc import RequestId, error_response, notification, result_response
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.ids import TaskId, mint_task_id
+from mcp_tasks.tasks.inline import INLINE_TTL_MS, call_outcome
+from mcp_tasks.tasks.interfaces import transact
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.results import error_result
+from mcp_tasks.tasks.tools import ToolSpec
+
+logger = logging.getLogger("mcp_tasks.gateway")
+
+GENERATIONS: Final = 8
+"""Task ids tried per (principal, request id): clients restart their ids at 0 on every connection, and a
+finished call's hidden task is kept for `INLINE_TTL_MS`, so a later call with the same id takes the next."""
+
+INPUT_REPLY_PREFIX: Final = "mcptasks-input."
+"""Prefix of the ids of the server-to-client requests we send; a client response with it is routed."""
+
+_SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _mac(secret: bytes, *parts: str) -> str:
+    return hmac.new(secret, "\x00".join(parts).encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def call_task_id(secret: bytes, owner: Owner, request_id: RequestId, generation: int) -> TaskId:
+    """The hidden task id of a legacy call: 128 bits of HMAC over principal, JSON-RPC id and generation."""
+    return TaskId(_mac(secret, "legacy-call", owner.tenant, owner.subject, json.dumps(request_id), str(generation)))
+
+
+def input_reply_id(secret: bytes, owner: Owner, task_id: str, key: str) -> str:
+    """`mcptasks-input.<taskId>.<base64url key>.<HMAC>`: the id of the request that asks for input `key`."""
+    mac = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    return f"{INPUT_REPLY_PREFIX}{task_id}.{_b64(key.encode())}.{mac}"
+
+
+def parse_input_reply_id(secret: bytes, owner: Owner, reply_id: str) -> tuple[str, str] | None:
+    """`(taskId, key)` of a genuine `input_reply_id` issued to `owner`, else `None` (forged or foreign)."""
+    try:
+        task_id, encoded_key, mac = reply_id.removeprefix(INPUT_REPLY_PREFIX).split(".")
+        key = base64.urlsafe_b64decode(encoded_key + "=" * (-len(encoded_key) % 4)).decode()
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    expected = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    return (task_id, key) if hmac.compare_digest(mac, expected) else None
+
+
+def _frame(message: JsonObject) -> bytes:
+    return b"event: message\ndata: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+class _ClientGone(ConnectionError):
+    """The client closed the connection while its call was running."""
+
+
+async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> TaskRecord:
+    """Insert the hidden task under the first free derived id (a random one once all are taken)."""
+    services = ctx.services
+    request_id = ctx.message.request_id
+    assert request_id is not None  # notifications never reach a call
+    fresh = transitions.new_task(mint_task_id(), ctx.owner, tool, arguments, services.clock())
+    fresh = dataclasses.replace(fresh, ttl_ms=min(fresh.ttl_ms, INLINE_TTL_MS))
+    secret = services.settings.request_state_secret
+    for generation in range(GENERATIONS):
+        candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
+        try:
+            return await services.store.create(candidate)
+        except VersionConflict:
+            continue
+    logger.info("legacy call %r: every derived task id is taken; notifications/cancelled cannot reach it", request_id)
+    return await services.store.create(fresh)
+
+
+async def _request_cancel(services: Services, task_id: str, why: str) -> None:
+    logger.info("cancelling the hidden task %s of a legacy call: %s", task_id, why)
+    with contextlib.suppress(TaskNotFound, StoreUnavailable, VersionConflict):
+        await transact(
+            services.store, task_id, lambda r: (transitions.request_cancel(r, "legacy-client", services.clock()), None)
+        )
+
+
+async def cancel_call(services: Services, owner: Owner, request_id: object) -> None:
+    """`notifications/cancelled {requestId}`: request cancellation of the owner's live call with that id.
+
+    Cooperative, like `tasks/cancel`. An id this principal has no live call for is ignored (2025-11-25
+    `utilities/cancellation`: the receiver MAY ignore a cancellation it cannot match).
+    """
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        return
+    secret = services.settings.request_state_secret
+    for generation in range(GENERATIONS):
+        task_id = call_task_id(secret, owner, request_id, generation)
+        try:
+            record = await services.store.get(task_id, owner)
+        except TaskNotFound:
+            continue
+        if not record.status.is_terminal:
+            await _request_cancel(services, task_id, "notifications/cancelled")
+
+
+async def stream_call(
+    request: web.Request, ctx: RequestContext, tool: ToolSpec, arguments: JsonObject
+) -> web.StreamResponse:
+    """Run `tool` as a hidden task and answer the call on an SSE stream (see the module docstring).
+
+    Raises (before the stream starts, answered as JSON by the caller):
+        StoreUnavailable: the hidden task could not be created.
+    """
+    services = ctx.services
+    request_id = ctx.message.request_id
+    assert request_id is not None
+    record = await _create(ctx, tool, arguments)
+    meta = ctx.params.get("_meta")
+    progress_token = meta.get(constants.META_PROGRESS_TOKEN) if isinstance(meta, dict) else None
+    response = web.StreamResponse(headers=_SSE_HEADERS)
+    finished = False
+    try:
+        await response.prepare(request)
+        try:
+            outcome = await _follow(request, response, ctx, record, progress_token)
+        except StoreUnavailable as exc:  # the stream is open: the error becomes the call's response on it
+            logger.warning("legacy call %r lost the task store: %s", request_id, exc)
+            error = ServiceUnavailable(f"The task store is unavailable ({exc}); call the tool again")
+            await response.write(_frame(error_response(request_id, error)))
+            finished = True
+            return response
+        await response.write(_frame(result_response(request_id, outcome)))
+        finished = True
+    except (ConnectionResetError, ConnectionError):
+        logger.debug("legacy call %r: the client disconnected", request_id)
+    finally:
+        if not finished:  # disconnected, or the server is stopping: nobody will read the result
+            await asyncio.shield(_request_cancel(services, record.task_id, "the client is gone"))
+    return response
+
+
+async def _follow(
+    request: web.Request, response: web.StreamResponse, ctx: RequestContext, record: TaskRecord, progress_token: object
+) -> JsonObject:
+    """Write progress and input requests until the task is terminal; return the call's `CallToolResult`."""
+    services = ctx.services
+    settings = services.settings
+    secret = settings.request_state_secret
+    clock = asyncio.get_running_loop().time
+    deadline = clock() + settings.legacy_call_timeout_s
+    last_write = clock()
+    asked: set[str] = set()
+    last_message = record.status_message
+    progress = 0
+    while True:
+        record = await services.store.get(record.task_id)
+        outcome = call_outcome(record)
+        if outcome is not None:
+            return outcome
+        if request.transport is None or request.transport.is_closing():
+            raise _ClientGone(record.task_id)
+        frames: list[JsonObject] = []
+        if record.status_message != last_message and record.status_message and _is_token(progress_token):
+            progress += 1
+            params = {"progressToken": progress_token, "progress": progress, "message": record.status_message}
+            frames.append(notification(constants.NOTIFICATION_PROGRESS, params))
+        last_message = record.status_message
+        for key, input_request in record.input_requests.items():
+            if key not in asked:
+                asked.add(key)
+                frames.append(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": input_reply_id(secret, ctx.owner, record.task_id, key),
+                        "method": input_request.get("method"),
+                        "params": input_request.get("params") or {},
+                    }
+                )
+        for frame in frames:
+            await response.write(_frame(frame))
+            last_write = clock()
+        remaining = deadline - clock()
+        if remaining <= 0:
+            await _request_cancel(services, record.task_id, "legacy_call_timeout_s reached")
+            return error_result(
+                f"Tool {record.tool!r} did not finish within {settings.legacy_call_timeout_s:g}s, the longest a "
+                "call without the tasks extension stays open; connect with MCP 2026-07-28 and the "
+                f"{constants.TASKS_EXTENSION} extension to run it as a task"
+            )
+        await services.store.wait_for_change(min(remaining, settings.listen_keepalive_s), record.task_id)
+        if clock() - last_write >= settings.listen_keepalive_s:
+            await response.write(b": keepalive\n\n")
+            last_write = clock()
+
+
+def _is_token(value: object) -> bool:
+    """A `progressToken` is a string or an integer (2025-11-25 `ProgressToken`)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

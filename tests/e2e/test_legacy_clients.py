@@ -1,0 +1,252 @@
+"""Legacy-era (2025-11-25) clients on the same endpoint, with no session: the official Python SDK in its
+`legacy` mode over a real socket, and raw HTTP for the answer-routing edge cases."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitRequestParams, ElicitResult
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.models import TaskStatus
+from tests.conftest import Embedded
+
+LEGACY = "2025-11-25"
+HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    constants.HEADER_PROTOCOL_VERSION: LEGACY,
+}
+
+
+def answering(content: dict[str, Any]) -> Any:
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content=content)
+
+    return elicit
+
+
+async def test_the_sdk_in_legacy_mode_initializes_lists_and_calls_without_a_session(embedded: Embedded) -> None:
+    """`initialize` selects the legacy era; no `Mcp-Session-Id`; a `never` tool answers as before."""
+    async with Client(embedded.url, mode="legacy", cache=None) as client:
+        assert client.protocol_version == LEGACY
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        assert names[0] == "test_simple_text" and {"greet", "hello_world", "sleeper"} <= set(names)
+        result = await client.call_tool("greet", {"name": "World"})
+    assert result.content[0].text == "Hello, World!"  # type: ignore[union-attr]
+    assert await embedded.store.count() == 0, "a quick tool is no task, in the legacy era too"
+
+
+async def test_hello_world_elicits_on_the_call_stream_and_completes(embedded: Embedded) -> None:
+    """A `required` tool runs as a hidden task; its `elicitation/create` reaches the legacy client on the
+    POST's SSE stream, and the SDK's answer, POSTed back, resumes the task through the store."""
+    asked: list[ElicitRequestParams] = []
+
+    async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"name": "Luca"})
+
+    async with Client(embedded.url, mode="legacy", elicitation_callback=elicit, cache=None) as client:
+        result = await client.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    assert not result.is_error
+    assert [params.message for params in asked] == ["Please enter your name."]
+
+
+async def test_a_client_without_an_elicitation_handler_gets_a_tool_error_naming_it(embedded: Embedded) -> None:
+    """The stateless server cannot know what `initialize` declared: it asks, and the client's refusal
+    becomes `ClientLacksCapability` in the tool, so the call ends with `isError` instead of hanging."""
+    async with Client(embedded.url, mode="legacy", cache=None) as client:
+        result = await asyncio.wait_for(client.call_tool("hello_world", {}), 30)
+    assert result.is_error
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "elicitation/create" in text and "declares it" in text, text
+
+
+async def test_progress_reaches_a_legacy_client_that_sent_a_progress_token(embedded: Embedded) -> None:
+    updates: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append((progress, message))
+
+    async with Client(embedded.url, mode="legacy", cache=None) as client:
+        result = await client.call_tool("sleeper", {"seconds": 1.5}, progress_callback=on_progress)
+    assert result.content[0].text.startswith("slept 1.5s")  # type: ignore[union-attr]
+    assert updates, "notifications/progress on the call's stream"
+    assert [p for p, _ in updates] == sorted({p for p, _ in updates}), "progress only increases"
+    assert all(message and message.startswith("sleeping") for _, message in updates)
+
+
+async def legacy_post(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], list[dict[str, Any]]]:
+    """POST one legacy message; return status, headers and every JSON-RPC message of a JSON or SSE reply."""
+    async with session.post(url, data=json.dumps(body), headers={**HEADERS, **(headers or {})}) as response:
+        text = await response.text()
+        if response.content_type == "text/event-stream":
+            messages = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+        else:
+            messages = [json.loads(text)] if text else []
+        return response.status, dict(response.headers), messages
+
+
+async def open_call(
+    session: aiohttp.ClientSession, url: str, request_id: int, name: str, arguments: dict[str, Any]
+) -> tuple[aiohttp.ClientResponse, asyncio.Queue[dict[str, Any]], asyncio.Task[None]]:
+    """Start a legacy `tools/call` and feed its SSE messages into a queue as they arrive."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    response = await session.post(url, data=json.dumps(body), headers=HEADERS)
+    assert response.content_type == "text/event-stream"
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def pump() -> None:
+        async for line in response.content:
+            if line.startswith(b"data: "):
+                await queue.put(json.loads(line[6:]))
+
+    return response, queue, asyncio.create_task(pump())
+
+
+async def test_initialize_names_served_versions_and_the_modern_surface_is_unchanged(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    status, headers, [reply] = await legacy_post(http_session, embedded.url, init, {"MCP-Protocol-Version": ""})
+    assert status == 200 and "Mcp-Session-Id" not in headers
+    assert reply["result"]["protocolVersion"] == LEGACY, "an unknown revision gets our newest legacy one"
+    assert set(reply["result"]["capabilities"]) == {"tools", "resources"}, "no legacy tasks capability"
+    init["params"]["protocolVersion"] = "2025-06-18"
+    _, _, [reply] = await legacy_post(http_session, embedded.url, init)
+    assert reply["result"]["protocolVersion"] == "2025-06-18"
+    for method in ("tasks/result", "tasks/list", "tasks/get", "logging/setLevel"):
+        status, _, [reply] = await legacy_post(
+            http_session, embedded.url, {"jsonrpc": "2.0", "id": 2, "method": method}
+        )
+        assert reply["error"]["code"] == -32601, (method, reply)
+    status, _, [reply] = await legacy_post(
+        http_session,
+        embedded.url,
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "greet", "arguments": {"name": "x"}, "task": {"ttl": 1}},
+        },
+    )
+    assert reply["result"]["content"][0]["text"] == "Hello, x!" and "resultType" not in reply["result"]
+
+
+async def test_answers_are_routed_by_an_unguessable_id_bound_to_the_principal(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """Forged, altered or late answers are refused alike; a genuine one resumes the task."""
+    response, queue, pump = await open_call(http_session, embedded.url, 7, "hello_world", {})
+    try:
+        ask = await asyncio.wait_for(queue.get(), 30)
+        assert ask["method"] == "elicitation/create" and ask["id"].startswith("mcptasks-input.")
+        task_id = ask["id"].split(".")[1]
+        forged = ask["id"][:-4] + ("0000" if not ask["id"].endswith("0000") else "1111")
+        for bad_id in (forged, "mcptasks-input.x.y.z", ask["id"].replace(task_id, "0" * 32)):
+            status, _, [reply] = await legacy_post(
+                http_session, embedded.url, {"jsonrpc": "2.0", "id": bad_id, "result": {"action": "accept"}}
+            )
+            assert (status, reply["error"]["code"], reply["id"]) == (400, -32602, None), bad_id
+        status, _, [reply] = await legacy_post(
+            http_session, embedded.url, {"jsonrpc": "2.0", "id": ask["id"], "result": {"content": {}}}
+        )
+        assert status == 400 and "action" in reply["error"]["message"], "an ElicitResult needs its action"
+        status, _, messages = await legacy_post(
+            http_session,
+            embedded.url,
+            {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {"name": "Ada"}}},
+        )
+        assert (status, messages) == (202, [])
+        final = await asyncio.wait_for(queue.get(), 30)
+        assert final["id"] == 7 and final["result"]["content"][0]["text"] == "Hello, Ada!"
+        status, _, [reply] = await legacy_post(
+            http_session, embedded.url, {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept"}}
+        )
+        assert status == 400 and reply["error"]["code"] == -32602, "an answer after the call ended is refused"
+        record = await embedded.store.get(task_id)
+        assert record.status is TaskStatus.COMPLETED
+    finally:
+        pump.cancel()
+        response.close()
+
+
+async def test_notifications_cancelled_and_a_disconnect_cancel_the_hidden_task(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    response, queue, pump = await open_call(http_session, embedded.url, 11, "sleeper", {"seconds": 30})
+    try:
+        task_id = await wait_for_hidden_task(embedded)
+        status, _, _ = await legacy_post(
+            http_session,
+            embedded.url,
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 11, "reason": "bored"}},
+        )
+        assert status == 202
+        final = await asyncio.wait_for(queue.get(), 30)
+        assert final["id"] == 11 and final["result"]["isError"] is True
+        assert (await embedded.store.get(task_id)).status is TaskStatus.CANCELLED
+    finally:
+        pump.cancel()
+        response.close()
+
+    response, queue, pump = await open_call(http_session, embedded.url, 11, "sleeper", {"seconds": 30})
+    second = await wait_for_hidden_task(embedded, not_in={task_id})
+    pump.cancel()
+    response.close()  # the client goes away mid-call
+    for _ in range(200):
+        if (await embedded.store.get(second)).status.is_terminal:
+            break
+        await asyncio.sleep(0.1)
+    assert (await embedded.store.get(second)).status is TaskStatus.CANCELLED
+
+
+async def wait_for_hidden_task(embedded: Embedded, not_in: set[str] | None = None) -> str:
+    """The id of the one running hidden task (not in `not_in`), once the runner has it."""
+    for _ in range(300):
+        rows = await embedded.store._w.execute_fetchall("SELECT task_id FROM tasks")
+        fresh = [row[0] for row in rows if row[0] not in (not_in or set())]
+        if fresh:
+            return str(fresh[0])
+        await asyncio.sleep(0.05)
+    pytest.fail("no hidden task was created")
+
+
+async def test_a_legacy_request_sent_with_a_modern_envelope_stays_modern(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """An `initialize` with a modern `_meta` is still -32601 with HTTP 404 (the modern-only behaviour)."""
+    meta = {constants.META_PROTOCOL_VERSION: constants.PROTOCOL_VERSION, constants.META_CLIENT_CAPABILITIES: {}}
+    body = {"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {"_meta": meta}}
+    headers = {constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION, constants.HEADER_METHOD: "initialize"}
+    status, _, [reply] = await legacy_post(http_session, embedded.url, body, headers)
+    assert (status, reply["error"]["code"]) == (404, -32601)
+
+
+async def test_the_modern_sdk_still_negotiates_the_modern_era(embedded: Embedded) -> None:
+    async with Client(embedded.url, cache=None) as client:
+        assert client.protocol_version == constants.PROTOCOL_VERSION
+    async with Client(embedded.url, mode="legacy", cache=None) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("no_such_tool", {})
+    assert "unknown tool 'no_such_tool'" in str(raised.value), "a legacy error reaches the caller as JSON-RPC"
