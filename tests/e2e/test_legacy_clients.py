@@ -122,7 +122,7 @@ async def open_call(
 async def test_initialize_names_served_versions_and_the_modern_surface_is_unchanged(
     embedded: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
-    init = {
+    init: dict[str, Any] = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "initialize",
