@@ -33,6 +33,9 @@ SCENARIOS=(
   tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal tasks-mrtr-input
   tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error
   tasks-mrtr-composition
+  # the legacy era on the same endpoint (initialize, no session): scenario@spec-version
+  server-initialize@2025-11-25 ping@2025-11-25 tools-list@2025-11-25 tools-call-simple-text@2025-11-25
+  tools-call-error@2025-11-25
 )
 
 DATA=$(mktemp -d)
@@ -72,14 +75,17 @@ echo "conformance: $MODE server on port $PORT"
 
 passed=0
 failed=0
-for scenario in "${SCENARIOS[@]}"; do
-  if "$NODE" "$CONF" server --url "http://127.0.0.1:$PORT/mcp" --scenario "$scenario" --spec-version 2026-07-28 \
-      --force --expected-failures conformance/expected-failures.yaml -o conformance-results > "$DATA/$scenario.out" 2>&1; then
-    echo "conformance: $scenario ok ($(grep -o 'Passed: [0-9]*/[0-9]*' "$DATA/$scenario.out" | head -1))"
+for entry in "${SCENARIOS[@]}"; do
+  scenario="${entry%@*}"
+  version=2026-07-28
+  [[ "$entry" == *@* ]] && version="${entry#*@}"
+  if "$NODE" "$CONF" server --url "http://127.0.0.1:$PORT/mcp" --scenario "$scenario" --spec-version "$version" \
+      --force --expected-failures conformance/expected-failures.yaml -o conformance-results > "$DATA/${entry//@/_}.out" 2>&1; then
+    echo "conformance: $entry ok ($(grep -o 'Passed: [0-9]*/[0-9]*' "$DATA/${entry//@/_}.out" | head -1))"
     passed=$((passed + 1))
   else
-    echo "conformance: $scenario FAILED"
-    cat "$DATA/$scenario.out"
+    echo "conformance: $entry FAILED"
+    cat "$DATA/${entry//@/_}.out"
     failed=$((failed + 1))
   fi
 done

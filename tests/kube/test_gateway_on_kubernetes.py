@@ -19,6 +19,7 @@ from mcp_tasks.tasks.interfaces import transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.controlplane.cluster import ControlPlane
+from tests.e2e.test_legacy_clients import legacy_post, open_call
 from tests.kube.conftest import Gateways, client, get_object, sep_hello_world
 
 NEW_TOOL = """\
@@ -159,3 +160,28 @@ async def test_a_finished_task_is_deleted_from_the_cluster_after_its_ttl(
         while get_object(control_plane, namespace, task_id) is not None:
             await asyncio.sleep(0.3)
     assert (await mcp.get(task_id)).error["code"] == -32602
+
+
+async def test_a_legacy_client_call_is_answered_through_the_other_replica(
+    gateways: Gateways, http_session: aiohttp.ClientSession, control_plane: ControlPlane, namespace: str
+) -> None:
+    """A 2025-11-25 `tools/call` streams from replica A; the client's answer to its `elicitation/create`
+    goes to replica B (no sticky routing, no session) and reaches the McpTask through the API server."""
+    first = await gateways.start(runner="local")
+    second = await gateways.start()
+    response, queue, pump = await open_call(http_session, first.url, 3, "hello_world", {})
+    try:
+        ask = await asyncio.wait_for(queue.get(), 60)
+        assert ask["method"] == "elicitation/create"
+        answer = {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {"name": "Kube"}}}
+        status, _, _ = await legacy_post(http_session, second.url, answer)
+        assert status == 202
+        final = await asyncio.wait_for(queue.get(), 60)
+        assert final["id"] == 3 and final["result"]["content"][0]["text"] == "Hello, Kube!"
+    finally:
+        pump.cancel()
+        response.close()
+    task_id = ask["id"].split(".")[1]
+    stored: Any = get_object(control_plane, namespace, task_id)
+    assert stored["status"]["taskStatus"] == "completed"
+    assert stored["spec"]["inputResponses"]["name"]["content"] == {"name": "Kube"}
