@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
@@ -26,15 +26,24 @@ class Services:
     settings: GatewaySettings
 
 
+def _never_gone() -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One validated request: its message, `_meta` envelope, authenticated owner and headers."""
+    """One validated request: its message, `_meta` envelope, authenticated owner and headers.
+
+    `client_gone()` tells whether the client has closed the connection this request came on (a
+    synchronous call then stops its tool instead of running it for nobody).
+    """
 
     message: Message
     envelope: RequestEnvelope
     owner: Owner
     headers: Mapping[str, str]
     services: Services
+    client_gone: Callable[[], bool] = field(default=_never_gone)
 
     @property
     def params(self) -> JsonObject:

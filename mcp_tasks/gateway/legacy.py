@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway import artifacts, discovery, legacy_calls
+from mcp_tasks.gateway import artifacts, discovery, legacy_calls, tool_calls
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MethodNotFound, ProtocolError
@@ -92,11 +92,13 @@ def _json(body: JsonObject, status: int = 200) -> web.Response:
     )
 
 
-def _context(message: Message, owner: Owner, headers: Mapping[str, str], services: Services) -> RequestContext:
+def _context(
+    message: Message, owner: Owner, headers: Mapping[str, str], services: Services, client_gone: Callable[[], bool]
+) -> RequestContext:
     """A `RequestContext` for the modern handlers we reuse; a legacy request declares no capabilities."""
     version = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip() or constants.LEGACY_DEFAULT_VERSION
     envelope = RequestEnvelope(protocol_version=version, client_capabilities={}, meta={})
-    return RequestContext(message, envelope, owner, headers, services)
+    return RequestContext(message, envelope, owner, headers, services, client_gone)
 
 
 def _legacy_form(result: JsonObject) -> JsonObject:
@@ -143,7 +145,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
         )
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
-            return dict(await ctx.services.executor.run_inline(tool, arguments, ctx.owner, {}))
+            return dict(await tool_calls.run_inline(ctx, tool, arguments, {}))
         except InputNeeded:
             return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")
         except TimeoutError:
@@ -157,6 +159,7 @@ async def serve(
     owner: Owner,
     services: Services,
     mapper: Callable[[Exception], ProtocolError],
+    client_gone: Callable[[], bool],
 ) -> web.StreamResponse:
     """Answer one legacy request or notification (`selects_legacy` was true).
 
@@ -171,7 +174,7 @@ async def serve(
                 mapper(exc)
         return web.Response(status=202)
     assert message.request_id is not None
-    ctx = _context(message, owner, request.headers, services)
+    ctx = _context(message, owner, request.headers, services, client_gone)
     try:
         if message.method == constants.METHOD_INITIALIZE:
             result: JsonObject | web.StreamResponse = _initialize(ctx)

@@ -10,6 +10,7 @@ A legacy `params.task` is ignored.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -76,7 +77,9 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     if as_task:
         return await _create_task(ctx, tool, arguments, pre_input)
     try:
-        result = await ctx.services.executor.run_inline(tool, arguments, ctx.owner, pre_input)
+        result = await run_inline(ctx, tool, arguments, pre_input)
+    except ClientGone:
+        return ctx.complete(error_result(f"Tool {name!r} was stopped: the client closed the connection"))
     except InputNeeded as exc:
         raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
     except TimeoutError:
@@ -87,6 +90,36 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
             )
         )
     return ctx.complete(dict(result))
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its synchronous call ran; the run was stopped."""
+
+
+CLIENT_GONE_POLL_S = 0.25
+"""How often a synchronous call checks that its client is still connected, in seconds."""
+
+
+async def run_inline(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
+    """`executor.run_inline`, stopped (its tool process or hidden task cancelled) if the client leaves.
+
+    Raises:
+        ClientGone: the client closed the connection first; nobody will read the result.
+        InputNeeded, TimeoutError: as `ToolExecutor.run_inline`.
+    """
+    run = asyncio.ensure_future(ctx.services.executor.run_inline(tool, arguments, ctx.owner, pre_input))
+    try:
+        while not run.done():
+            await asyncio.wait({run}, timeout=CLIENT_GONE_POLL_S)
+            if not run.done() and ctx.client_gone():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+                raise ClientGone(tool.name)
+        return run.result()
+    finally:
+        if not run.done():  # this handler itself was cancelled (server shutdown)
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
 
 
 def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> JsonObject | None:

@@ -242,6 +242,16 @@ def map_exception(exc: Exception) -> ProtocolError:
     return InternalError("Internal error")
 
 
+def client_gone(request: web.Request) -> Callable[[], bool]:
+    """A probe that is true once the client closed the connection `request` came on."""
+
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    return gone
+
+
 def _unauthorized(reason: str) -> web.Response:
     response = _error(None, InvalidRequest(f"Unauthorized: {reason}"), 401)
     response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-tasks"'
@@ -278,13 +288,13 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
         if legacy.selects_legacy(request.headers, message):
-            return await legacy.serve(request, message, owner, services, map_exception)
+            return await legacy.serve(request, message, owner, services, map_exception, client_gone(request))
         if message.is_notification:
             return web.Response(status=202)
         envelope = validate_envelope(
             request.headers, message, accept_missing_task_name=settings.accept_missing_name_header
         )
-        ctx = RequestContext(message, envelope, owner, request.headers, services)
+        ctx = RequestContext(message, envelope, owner, request.headers, services, client_gone(request))
         if message.method == constants.METHOD_SUBSCRIPTIONS_LISTEN:
             return await listen.listen(request, ctx)
         found = dispatch.route(message.method)

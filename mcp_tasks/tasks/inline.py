@@ -53,6 +53,16 @@ class TaskBackedExecutor:
         """
         fresh = transitions.new_task(mint_task_id(), owner, tool, arguments, self.clock(), pre_input_responses)
         record = await self.store.create(dataclasses.replace(fresh, ttl_ms=min(fresh.ttl_ms, INLINE_TTL_MS)))
+        try:
+            return await self._await(record, tool)
+        except asyncio.CancelledError:  # the caller is gone (client disconnected, server stopping)
+            try:
+                await asyncio.shield(self._cancel(record, "its caller went away"))
+            except Exception as exc:  # the store is down: the task then runs out its own deadline
+                logger.warning("could not cancel hidden task %s: %s", record.task_id, exc)
+            raise
+
+    async def _await(self, record: TaskRecord, tool: ToolSpec) -> JsonObject:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + tool.execution.sync_timeout_seconds
         while True:

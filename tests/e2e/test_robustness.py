@@ -115,3 +115,20 @@ def test_a_malformed_or_repeating_token_file_is_a_clear_startup_error(tmp_path: 
         settings = server_settings(tmp_path / "data")
         with pytest.raises(SettingsError, match="tokens"):
             build_app(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
+
+
+async def test_a_synchronous_call_whose_client_disconnects_stops_its_tool(mcp: McpHttp, embedded: Embedded) -> None:
+    """Nobody will read the result: the tool process is stopped instead of running to its sync timeout."""
+    call = asyncio.create_task(mcp.call_tool("sleeper", {"seconds": 30}, caps=PLAIN_CAPS))
+    for _ in range(100):
+        if embedded.runner.executions:
+            break
+        await asyncio.sleep(0.05)
+    assert embedded.runner.executions, "the synchronous run started"
+    call.cancel()  # closes the connection mid-request
+    await asyncio.gather(call, return_exceptions=True)
+    for _ in range(100):
+        if not embedded.runner.executions:
+            break
+        await asyncio.sleep(0.05)
+    assert not embedded.runner.executions, "the run was stopped when its client left"
