@@ -18,6 +18,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.interfaces import transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
+from tests.clients import typescript
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e.test_legacy_clients import legacy_post, open_call
 from tests.kube.conftest import Gateways, client, get_object, sep_hello_world
@@ -185,3 +186,13 @@ async def test_a_legacy_client_call_is_answered_through_the_other_replica(
     stored: Any = get_object(control_plane, namespace, task_id)
     assert stored["status"]["taskStatus"] == "completed"
     assert stored["spec"]["inputResponses"]["name"]["content"] == {"name": "Kube"}
+
+
+async def test_the_typescript_client_in_its_default_mode_on_the_kubernetes_store(gateways: Gateways) -> None:
+    """The official TypeScript client, legacy by default, over McpTasks: elicitation, progress, cancel."""
+    gateway = await gateways.start(runner="local")
+    seen = await typescript.run(gateway.url, "legacy")
+    assert seen["protocolVersion"] == "2025-11-25"
+    assert seen["hello"] == {"text": "Hello, Grace!", "isError": False}
+    assert seen["sleeper"]["text"].startswith("slept 1.5s") and seen["progress"], seen
+    assert "error" in seen["cancelled"] and seen["cancelledAfterMs"] < 10_000, seen
