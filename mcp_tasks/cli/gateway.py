@@ -22,7 +22,7 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcp_tasks import __version__
+from mcp_tasks import __version__, observability
 from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
 from mcp_tasks.gateway import Services, create_app
@@ -126,6 +126,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     Raises:
         SettingsError: no Kubernetes configuration, or a bad token file.
     """
+    observability.install()
     kube = settings.kubernetes
     cluster = await connect(kube)
     data_dir = settings.serve.data_dir.resolve()

@@ -56,6 +56,12 @@ def _add_server_flags(command: argparse.ArgumentParser) -> None:
 def _add_log_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO) [MCPTASKS_LOG_LEVEL]")
     command.add_argument("--log-json", action="store_true", help="log JSON lines [MCPTASKS_LOG_JSON]")
+    command.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus /metrics on this port (default 0: off) [MCPTASKS_METRICS_PORT]",
+    )
 
 
 def _add_cluster_flags(command: argparse.ArgumentParser, objects: str) -> None:
@@ -145,6 +151,8 @@ def load_settings(args: argparse.Namespace, environ: dict[str, str]) -> Settings
         serve = replace(serve, log_level=args.log_level)
     if args.log_json:
         serve = replace(serve, log_json=True)
+    if getattr(args, "metrics_port", None) is not None:
+        serve = replace(serve, metrics_port=args.metrics_port)
     kube = settings.kubernetes
     for name in ("kubeconfig", "context", "namespace", "runner"):
         value = getattr(args, name, None)

@@ -18,6 +18,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcp_tasks.cli.gateway import api_error, connect
+from mcp_tasks.cli.serve import start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
 from mcp_tasks.operator.handlers import build_registry
@@ -79,6 +80,7 @@ async def operator(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     web_runner: web.AppRunner | None = None
+    metrics_runner: web.AppRunner | None = None
     sweeping: asyncio.Task[None] | None = None
     try:
         try:
@@ -103,6 +105,7 @@ async def operator(settings: Settings) -> None:
             f"(pods use {config.pod_worker_url})",
             flush=True,
         )
+        metrics_runner = await start_metrics(settings, config.worker_host)
         sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
         connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
         registry = build_registry(reconciler, connection, config.peering)
@@ -122,6 +125,8 @@ async def operator(settings: Settings) -> None:
                 await sweeping
         if web_runner is not None:
             await web_runner.cleanup()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await catalog.aclose()
         await store.aclose()
         await close_api_client(api)

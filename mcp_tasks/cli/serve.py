@@ -17,10 +17,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from mcp_tasks import __version__, gateway
+from mcp_tasks import __version__, gateway, observability
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
+from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.manifests import FileToolCatalog
@@ -58,6 +59,7 @@ def load_request_state_key(data_dir: Path) -> bytes:
 
 def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     """Create the embedded server's application and runner (nothing is opened until the app starts)."""
+    observability.install()
     serve = settings.serve
     data_dir = serve.data_dir.resolve()
     gateway_settings = replace(
@@ -105,6 +107,16 @@ def authenticator_for(settings: Settings) -> Authenticator:
         raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {exc}") from exc
 
 
+async def start_metrics(settings: Settings, host: str) -> web.AppRunner | None:
+    """Record metrics in this process, and serve `/metrics` on `host:metrics_port` unless the port is 0."""
+    observability.install()
+    if not settings.serve.metrics_port:
+        return None
+    runner, port = await start_metrics_server(host, settings.serve.metrics_port)
+    print(f"Prometheus metrics on http://{host}:{port}/metrics", flush=True)
+    return runner
+
+
 async def run_until_signalled(app: web.Application, settings: Settings, where: str) -> None:
     """Serve `app` on `--host`/`--port` until SIGINT/SIGTERM; print where it listens and how it authenticates.
 
@@ -122,6 +134,7 @@ async def run_until_signalled(app: web.Application, settings: Settings, where: s
     )
     print(f"mcp-tasks {__version__} serving MCP on http://{host}:{port}/mcp ({auth})", flush=True)
     print(where, flush=True)
+    metrics_runner = await start_metrics(settings, settings.serve.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -131,6 +144,8 @@ async def run_until_signalled(app: web.Application, settings: Settings, where: s
     finally:
         print("shutting down", flush=True)
         await web_runner.cleanup()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
 
 
 async def serve(settings: Settings) -> None:

@@ -38,6 +38,9 @@ class ServeSettings:
         tokens_file: YAML bearer-token file; without it one local principal, loopback only.
         log_level: Python logging level name (default INFO).
         log_json: log one JSON object per line instead of text.
+        metrics_port: port of the Prometheus `/metrics` endpoint of `serve`, `gateway` and `operator`
+            (default 0: off). Bound on `host` (the operator: on `worker_host`), apart from the MCP port so
+            that scraping needs no MCP credentials and is not exposed where MCP is. The chart sets 9464.
     """
 
     host: str = "127.0.0.1"
@@ -47,6 +50,7 @@ class ServeSettings:
     tokens_file: Path | None = None
     log_level: str = "INFO"
     log_json: bool = False
+    metrics_port: int = 0
 
     @property
     def loopback(self) -> bool:

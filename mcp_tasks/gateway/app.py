@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler
 
-from mcp_tasks.gateway import listen, transport
+from mcp_tasks.gateway import dispatch, legacy, listen, responses, transport
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.context import Services
+from mcp_tasks.observability import metrics
+from mcp_tasks.protocol import constants
 
 MCP_PATH = "/mcp"
 
@@ -53,6 +57,33 @@ class _MalformedHttpFilter(logging.Filter):
 
 
 _MALFORMED_HTTP_FILTER: Final = _MalformedHttpFilter()
+
+
+_METERED_METHODS: Final = frozenset(
+    {
+        *dispatch.METHODS,
+        *legacy.LEGACY_METHODS,
+        constants.METHOD_SUBSCRIPTIONS_LISTEN,
+        constants.NOTIFICATION_INITIALIZED,
+        constants.NOTIFICATION_CANCELLED,
+        responses.METHOD_LABEL_RESPONSE,
+    }
+)
+
+
+@web.middleware
+async def _metered(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every MCP POST by method and outcome, and time the ones answered in one piece."""
+    if request.path != MCP_PATH or request.method != "POST":
+        return await handler(request)
+    started = time.perf_counter()
+    response = await handler(request)
+    method = metrics.method_label(request.get(responses.REQUEST_METHOD_KEY), _METERED_METHODS)
+    code = response.get(responses.RESPONSE_CODE_KEY) or ("ok" if response.status < 400 else f"http_{response.status}")
+    metrics.REQUESTS.labels(method, code).inc()
+    if isinstance(response, web.Response):  # a stream's life is not a latency
+        metrics.REQUEST_SECONDS.labels(method).observe(time.perf_counter() - started)
+    return response
 
 
 def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_time_s: float) -> web.AppRunner:
@@ -91,7 +122,7 @@ def create_app(
         lifecycle: optional `cleanup_ctx` generator that opens and closes what `services` depend on.
         readiness: what `GET /readyz` reports (default: always ready once serving).
     """
-    app = web.Application(client_max_size=services.settings.max_body_bytes)
+    app = web.Application(client_max_size=services.settings.max_body_bytes, middlewares=[_metered])
     app[transport.SERVICES_KEY] = services
     app[transport.AUTHENTICATOR_KEY] = authenticator
     app[listen.SHUTDOWN_KEY] = asyncio.Event()

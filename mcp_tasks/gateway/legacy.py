@@ -18,7 +18,6 @@ a transport failure); refusals at the door (401, 403, 413, ...) are unchanged.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -27,6 +26,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway import artifacts, discovery, legacy_calls, tool_calls
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MethodNotFound, ProtocolError
 from mcp_tasks.protocol.headers import RequestEnvelope
@@ -81,14 +81,6 @@ def is_input_reply(payload: Any) -> bool:
         and ("result" in payload or "error" in payload)
         and isinstance(payload.get("id"), str)
         and payload["id"].startswith(legacy_calls.INPUT_REPLY_PREFIX)
-    )
-
-
-def _json(body: JsonObject, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
-        status=status,
-        content_type="application/json",
     )
 
 
@@ -193,10 +185,10 @@ async def serve(
             raise MethodNotFound(f"Method not found: {message.method}")
     except Exception as exc:
         error = mapper(exc)
-        return _json(error_response(message.request_id, error))
+        return json_response(error_response(message.request_id, error))
     if isinstance(result, web.StreamResponse):
         return result
-    return _json(result_response(message.request_id, _legacy_form(result)))
+    return json_response(result_response(message.request_id, _legacy_form(result)))
 
 
 def _legacy_tool(tool: JsonObject) -> JsonObject:
@@ -219,7 +211,7 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
     refused = InvalidParams("Invalid params: no pending request has this id; it may have ended or been answered")
     parsed = legacy_calls.parse_input_reply_id(services.settings.request_state_secret, owner, payload["id"])
     if parsed is None:
-        return _json(error_response(None, refused), 400)
+        return json_response(error_response(None, refused), 400)
     task_id, key = parsed
     answer = payload.get("result")
     error = payload.get("error")
@@ -239,7 +231,7 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
     except TaskNotFound:
         delivered = False
     except InvalidInputResponse as exc:
-        return _json(error_response(None, InvalidParams(f"Invalid params: {exc}")), 400)
+        return json_response(error_response(None, InvalidParams(f"Invalid params: {exc}")), 400)
     if not delivered:
-        return _json(error_response(None, refused), 400)
+        return json_response(error_response(None, refused), 400)
     return web.Response(status=202)

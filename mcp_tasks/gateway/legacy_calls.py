@@ -39,6 +39,7 @@ from typing import Final
 from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
 from mcp_tasks.protocol.jsonrpc import RequestId, error_response, notification, result_response
@@ -46,7 +47,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.inline import INLINE_TTL_MS, call_outcome
-from mcp_tasks.tasks.interfaces import transact
+from mcp_tasks.tasks.interfaces import notify_written, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -113,11 +114,15 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) ->
     for generation in range(GENERATIONS):
         candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
         try:
-            return await services.store.create(candidate)
+            created = await services.store.create(candidate)
         except VersionConflict:
             continue
+        notify_written(None, created)
+        return created
     logger.info("legacy call %r: every derived task id is taken; notifications/cancelled cannot reach it", request_id)
-    return await services.store.create(fresh)
+    created = await services.store.create(fresh)
+    notify_written(None, created)
+    return created
 
 
 async def _request_cancel(services: Services, task_id: str, why: str) -> None:
@@ -163,6 +168,8 @@ async def stream_call(
     progress_token = meta.get(constants.META_PROGRESS_TOKEN) if isinstance(meta, dict) else None
     response = web.StreamResponse(headers=_SSE_HEADERS)
     finished = False
+    streams = metrics.OPEN_STREAMS.labels("call")
+    streams.inc()
     try:
         await response.prepare(request)
         try:
@@ -178,6 +185,7 @@ async def stream_call(
     except (ConnectionResetError, ConnectionError):
         logger.debug("legacy call %r: the client disconnected", request_id)
     finally:
+        streams.dec()
         if not finished:  # disconnected, or the server is stopping: nobody will read the result
             await asyncio.shield(_request_cancel(services, record.task_id, "the client is gone"))
     return response

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.task_methods import render_task
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.jsonrpc import notification, result_response
@@ -66,6 +67,8 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     shutdown = request.app[SHUTDOWN_KEY]
+    streams = metrics.OPEN_STREAMS.labels("listen")
+    streams.inc()
     try:
         await response.prepare(request)  # inside: a client gone already is a closed stream, not an error
         await response.write(
@@ -109,4 +112,6 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                 last_write = clock()
     except (ConnectionResetError, ConnectionError):
         logger.debug("listen stream %s closed by the client", request_id)
+    finally:
+        streams.dec()
     return response

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
 import zlib
 from collections.abc import Callable
@@ -24,12 +23,12 @@ from aiohttp import web
 from mcp_tasks.gateway import dispatch, legacy, listen
 from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KEY, json_response
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import (
     InternalError,
     InvalidParams,
     InvalidRequest,
-    JsonObject,
     ParseError,
     ProtocolError,
     ServiceUnavailable,
@@ -62,12 +61,7 @@ _CONTENT_CODINGS: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"
 """Content codings a body may arrive in (RFC 9110 §8.4); `_BodyDecoder` undoes gzip and deflate."""
 
 
-def _json(body: JsonObject, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
-        status=status,
-        content_type="application/json",
-    )
+_json = json_response
 
 
 def _error(request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> web.Response:
@@ -284,9 +278,11 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     try:
         payload = decode_body(body)
         if legacy.is_input_reply(payload):
+            request[REQUEST_METHOD_KEY] = METHOD_LABEL_RESPONSE
             return await legacy.accept_reply(payload, owner, services)
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
+        request[REQUEST_METHOD_KEY] = message.method
         if legacy.selects_legacy(request.headers, message):
             return await legacy.serve(request, message, owner, services, map_exception, client_gone(request))
         if message.is_notification:

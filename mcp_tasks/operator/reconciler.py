@@ -28,6 +28,7 @@ from typing import Any, cast
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1DeleteOptions
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from mcp_tasks.observability import metrics
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.credentials import TaskExecutions
 from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, build_secret, object_name
@@ -162,6 +163,8 @@ class Reconciler:
                 raise
             self._with_job.add(record.task_id)
             return
+        metrics.JOBS_CREATED.inc()
+        metrics.RUNS_STARTED.labels(tool.name).inc()
         self._with_job.add(record.task_id)
         await self._change(record.task_id, lambda r, now: transitions.start_attempt(r), "run started")
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
@@ -172,6 +175,7 @@ class Reconciler:
             await self.batch.delete_namespaced_job(
                 object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
             )
+            metrics.JOBS_DELETED.inc()
             logger.info("task %s: cancel requested; deleting its Job", record.task_id)
         except ApiException as exc:
             if exc.status != 404:
@@ -259,6 +263,7 @@ class Reconciler:
                 await self.batch.delete_namespaced_job(
                     object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
                 )
+                metrics.JOBS_DELETED.inc()
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -271,6 +276,7 @@ class Reconciler:
         for task_id in await self.store.delete_expired(now, 100):
             logger.info("task %s: expired; deleted", task_id)
             await self.artifacts.delete_task(task_id)
+        metrics.set_unfinished(await self.store.count_unfinished())
         running = list(await self.store.list_runnable(now, 10_000))  # no leases here: every unfinished task
         if not running:
             return

@@ -29,13 +29,22 @@ from typing import Final
 
 from aiohttp import web
 
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InputNeeded, TaskStore, ToolCatalog, transact
+from mcp_tasks.tasks.interfaces import (
+    ArtifactStore,
+    Clock,
+    InputNeeded,
+    TaskStore,
+    ToolCatalog,
+    notify_written,
+    transact,
+)
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -280,8 +289,8 @@ class LocalRunner:
         if running.worker_port != self._port or not identity.is_alive(running.pid, running.identity):
             return None
         retention_ms = tool.execution.ttl_ms
-        adopted = await self.store.compare_and_swap(
-            transitions.adopt(record, self.holder, self.clock(), self._lease, retention_ms)
+        adopted = await self._write(
+            record, transitions.adopt(record, self.holder, self.clock(), self._lease, retention_ms)
         )
         execution = self._task_execution(adopted, running.execution_id)
         self.executions.add(execution)
@@ -336,6 +345,12 @@ class LocalRunner:
                     self._supervise(claimed, None, execution), name=f"task-{claimed.task_id}"
                 )
 
+    async def _write(self, before: TaskRecord, updated: TaskRecord) -> TaskRecord:
+        """`compare_and_swap(updated)`, reported to the write observers (metrics) like `transact` does."""
+        written = await self.store.compare_and_swap(updated)
+        notify_written(before, written)
+        return written
+
     async def _claim(self, record: TaskRecord) -> TaskRecord | None:
         """Take the lease, applying the restart rules; return the record to run, or None.
 
@@ -356,26 +371,22 @@ class LocalRunner:
                 return None  # supervised by _adopt
             await self._stop_orphan(record, tool)
             if record.cancel_requested_at is not None:
-                await self.store.compare_and_swap(transitions.cancel(record, now))
+                await self._write(record, transitions.cancel(record, now))
                 return None
             if tool is None:
                 gone = transitions.failing(
                     f"Tool {record.tool!r} is no longer declared; the task cannot run", "ToolRemoved"
                 )
-                await self.store.compare_and_swap(gone(record, now))
+                await self._write(record, gone(record, now))
                 return None
             if record.lease is not None:  # a previous worker held it and is gone
                 if not tool.execution.idempotent:
-                    await self.store.compare_and_swap(
-                        transitions.failing(_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, now)
-                    )
+                    await self._write(record, transitions.failing(_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, now))
                     logger.error("task %s lost its worker; failed (outcome unknown)", record.task_id)
                     return None
                 logger.warning("task %s lost its worker; re-running (idempotent tool)", record.task_id)
                 record = transitions.reset_for_rerun(record, now)
-            return await self.store.compare_and_swap(
-                transitions.claim(record, self.holder, now, self._lease, retention_ms)
-            )
+            return await self._write(record, transitions.claim(record, self.holder, now, self._lease, retention_ms))
         except (VersionConflict, TaskNotFound, IllegalTransition):
             return None  # another runner moved first
 
@@ -412,6 +423,7 @@ class LocalRunner:
             if adopted is None:
                 try:
                     await process.start()
+                    metrics.RUNS_STARTED.labels(tool.name).inc()
                 except OSError as exc:
                     message = _cannot_start(tool, exc)
                     await self._finish_if_running(record.task_id, transitions.failing(message, "CannotStart"))
@@ -598,6 +610,7 @@ class LocalRunner:
         try:
             try:
                 await process.start()
+                metrics.RUNS_STARTED.labels(tool.name).inc()
             except OSError as exc:
                 message = _cannot_start(tool, exc)
                 return error_result(message[0].upper() + message[1:])
@@ -635,6 +648,7 @@ class LocalRunner:
         while True:
             try:
                 await self.sweep_expired(self.clock())
+                metrics.set_unfinished(await self.store.count_unfinished())
             except asyncio.CancelledError:
                 raise
             except StoreUnavailable as exc:

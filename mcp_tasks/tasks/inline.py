@@ -18,7 +18,7 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import Clock, InputNeeded, TaskStore, transact
+from mcp_tasks.tasks.interfaces import Clock, InputNeeded, TaskStore, notify_written, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -53,6 +53,7 @@ class TaskBackedExecutor:
         """
         fresh = transitions.new_task(mint_task_id(), owner, tool, arguments, self.clock(), pre_input_responses)
         record = await self.store.create(dataclasses.replace(fresh, ttl_ms=min(fresh.ttl_ms, INLINE_TTL_MS)))
+        notify_written(None, record)
         try:
             return await self._await(record, tool)
         except asyncio.CancelledError:  # the caller is gone (client disconnected, server stopping)

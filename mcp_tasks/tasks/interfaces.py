@@ -8,6 +8,7 @@ in"). `store/sqlite` and `store/kubernetes` implement `TaskStore`; the runner im
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
 T = TypeVar("T")
+logger = logging.getLogger("mcp_tasks.tasks")
 
 
 class Clock(Protocol):
@@ -70,6 +72,10 @@ class TaskStore(Protocol):
 
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete up to `limit` terminal tasks past `created_at + ttl_ms`; return their ids."""
+        ...
+
+    async def count_unfinished(self) -> dict[str, int]:
+        """Non-terminal tasks by status value (`{"working": 3}`), cheaply (no record is decoded)."""
         ...
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
@@ -141,6 +147,32 @@ class ToolExecutor(Protocol):
         ...
 
 
+WriteObserver = Callable[[TaskRecord | None, TaskRecord], None]
+"""Called with (the record before, the record as written) after each durable write; `None` before a create."""
+
+_write_observers: list[WriteObserver] = []
+
+
+def add_write_observer(observer: WriteObserver) -> Callable[[], None]:
+    """Call `observer` after every task write this process makes (metrics, events); returns its remover.
+
+    Writers report through `notify_written`: `transact` does for every read-modify-write, and the
+    few direct `create`/`compare_and_swap` callers do themselves. An observer must be quick and must
+    not raise; one that raises is logged and skipped.
+    """
+    _write_observers.append(observer)
+    return lambda: _write_observers.remove(observer) if observer in _write_observers else None
+
+
+def notify_written(before: TaskRecord | None, after: TaskRecord) -> None:
+    """Tell the write observers that `after` was durably written (created when `before` is `None`)."""
+    for observer in tuple(_write_observers):
+        try:
+            observer(before, after)
+        except Exception:
+            logger.exception("task write observer %r failed", observer)
+
+
 _BACKOFF_BASE_S = 0.001  # first retry waits up to 2 ms
 _BACKOFF_CAP_S = 0.1  # no retry waits more than 100 ms
 
@@ -172,9 +204,11 @@ async def transact(
         if updated is current:
             return current, value
         try:
-            return await store.compare_and_swap(updated), value
+            written = await store.compare_and_swap(updated)
         except VersionConflict:
             continue
+        notify_written(current, written)
+        return written, value
     raise VersionConflict(f"task {task_id}: too many concurrent writers, try again")
 
 
@@ -186,6 +220,9 @@ __all__ = [
     "TaskStore",
     "ToolCatalog",
     "ToolExecutor",
+    "WriteObserver",
+    "add_write_observer",
+    "notify_written",
     "transact",
     "utc_now",
 ]

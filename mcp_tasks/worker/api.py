@@ -13,6 +13,7 @@ from typing import Final
 
 from aiohttp import web
 
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import jsonrpc
 from mcp_tasks.protocol.errors import ParseError
 from mcp_tasks.runtime import contract
@@ -139,9 +140,23 @@ async def _storage_faults(request: web.Request, handler: Handler) -> web.StreamR
         )
 
 
+@web.middleware
+async def _metered(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count worker API calls by route template (bounded: no execution id) and HTTP status."""
+    resource = request.match_info.route.resource
+    route = resource.canonical.removeprefix("/v1/executions/{execution_id}") if resource is not None else "other"
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        metrics.WORKER_API.labels(route or "/", str(exc.status)).inc()
+        raise
+    metrics.WORKER_API.labels(route or "/", str(response.status)).inc()
+    return response
+
+
 def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
     """The worker API application (the embedded runner serves it on 127.0.0.1 only), plus `GET /healthz`."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_storage_faults])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_metered, _storage_faults])
     app[EXECUTIONS_KEY] = executions
     app[CHANNEL_KEY] = channel
     base = "/v1/executions/{execution_id}"

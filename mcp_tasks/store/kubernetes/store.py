@@ -27,7 +27,9 @@ from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, V1DeleteOptio
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
@@ -38,6 +40,17 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
+
+_UNFINISHED: Final = frozenset(status.value for status in TaskStatus if not status.is_terminal)
+_OPERATIONS: Final = {
+    "get_namespaced_custom_object": "get",
+    "create_namespaced_custom_object": "create",
+    "replace_namespaced_custom_object": "replace",
+    "replace_namespaced_custom_object_status": "replace_status",
+    "delete_namespaced_custom_object": "delete",
+    "list_namespaced_custom_object": "list",
+}
+"""API calls by the operation label they are timed under (`mcptasks_store_operation_duration_seconds`)."""
 
 DEFAULT_MAX_OBJECT_BYTES: Final = 512 * 1024
 """Upper bound of one serialized McpTask, in bytes: well under etcd's 1.5 MiB request limit, leaving room
@@ -253,6 +266,7 @@ class KubernetesTaskStore:
             raise TaskNotFound(record.task_id)
         if str(entry.obj["metadata"]["resourceVersion"]) != record.version:
             self.conflicts += 1
+            metrics.STORE_CONFLICTS.labels("kubernetes").inc()
             await self._fetch(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}")
         plan = mapping.plan_write(entry.obj, record)
@@ -275,6 +289,7 @@ class KubernetesTaskStore:
         except ApiException as exc:
             if exc.status == 409:
                 self.conflicts += 1
+                metrics.STORE_CONFLICTS.labels("kubernetes").inc()
                 await self._fetch(record.task_id)
                 raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}") from exc
             if exc.status == 404:
@@ -289,6 +304,7 @@ class KubernetesTaskStore:
             StoreUnavailable: no answer in time, no connection, or a 429/5xx answer.
             ApiException: any other error answer (the caller decides what 404/409 mean).
         """
+        done = metrics.timed("kubernetes", _OPERATIONS.get(getattr(call, "__name__", ""), "other"))
         try:
             return await call(*args, _request_timeout=self._request_timeout_s, **kwargs)
         except ApiException as exc:
@@ -297,6 +313,8 @@ class KubernetesTaskStore:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise StoreUnavailable(f"the Kubernetes API server did not answer ({type(exc).__name__})") from exc
+        finally:
+            done()
 
     def _check_size(self, body: JsonObject, task_id: str, part: str = "status") -> None:
         """Refuse what the API server would change (integers beyond 64 bits) or etcd would reject (size).
@@ -324,6 +342,15 @@ class KubernetesTaskStore:
             f"task {task_id}: McpTask would be {size} bytes (limit {self._max_object_bytes}); "
             "large results must be stored as artifacts"
         )
+
+    async def count_unfinished(self) -> dict[str, int]:
+        """Non-terminal McpTasks by `status.taskStatus`, from the cache (objects are not decoded)."""
+        counts: dict[str, int] = {}
+        for entry in list(self._cache.values()):
+            status = str((entry.obj.get("status") or {}).get("taskStatus") or TaskStatus.WORKING.value)
+            if status in _UNFINISHED:
+                counts[status] = counts.get(status, 0) + 1
+        return counts
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks with no live lease, oldest first (from the cache)."""

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
@@ -291,6 +292,7 @@ class SqliteTaskStore:
                 exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
                 if not exists:
                     raise TaskNotFound(record.task_id)
+                metrics.STORE_CONFLICTS.labels("sqlite").inc()
                 raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
         self._feed.changed((record.task_id,))
         return _replace_version(record, stored + 1)
@@ -329,6 +331,14 @@ class SqliteTaskStore:
         """Wait for a task created by this process, or `timeout_s` seconds (other processes' are found by polling)."""
         await self._feed.wait_for_new_tasks(timeout_s)
 
+    async def count_unfinished(self) -> dict[str, int]:
+        """Non-terminal tasks by status (`{"working": 3, "input_required": 1}`), from the status column."""
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(
+                f"SELECT status, COUNT(*) FROM tasks WHERE status IN {_NON_TERMINAL} GROUP BY status"
+            )
+        return {str(status): int(count) for status, count in rows}
+
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
         with _backend("read"):
@@ -344,12 +354,15 @@ def _backend(action: str) -> Iterator[None]:
     the machine, not of the request: the gateway answers them 503 with `Retry-After`, the runner retries.
     Integrity errors are the caller's to handle and pass through.
     """
+    done = metrics.timed("sqlite", action)
     try:
         yield
     except sqlite3.IntegrityError:
         raise
     except sqlite3.DatabaseError as exc:  # OperationalError (full, read-only, I/O, locked) and kin
         raise StoreUnavailable(f"the task database cannot {action}: {exc}") from exc
+    finally:
+        done()
 
 
 def _replace_version(record: TaskRecord, version: int) -> TaskRecord:

@@ -1,0 +1,100 @@
+"""Prometheus metrics of every component, defined once (`prometheus-client`, the default registry).
+
+The embedded server, the gateway and the operator record the same names for the same meaning, so one
+dashboard reads all three. Conventions: counters end in `_total`, durations are `_seconds`, base
+units only. Label values are bounded: a method outside the served set is `other`, tools are the
+declared tool names, statuses the five task statuses; never a task id, never a tenant.
+
+Every family, its labels and meaning are listed in `docs/operations.md` §Metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks.record import TaskRecord
+
+_FAST: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_SLOW: Final = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0)
+
+REQUESTS: Final = Counter("mcptasks_requests_total", "MCP requests answered, by method and outcome", ["method", "code"])
+REQUEST_SECONDS: Final = Histogram(
+    "mcptasks_request_duration_seconds", "Time to answer an MCP request", ["method"], buckets=_FAST
+)
+TASKS_CREATED: Final = Counter("mcptasks_tasks_created_total", "Tasks created (visible or hidden)", ["tool"])
+TRANSITIONS: Final = Counter(
+    "mcptasks_task_transitions_total", "Writes that moved a task into a status", ["tool", "status"]
+)
+FINISHED: Final = Counter(
+    "mcptasks_tasks_finished_total", "Tasks that reached a terminal status", ["tool", "status", "tool_error"]
+)
+QUEUE_SECONDS: Final = Histogram(
+    "mcptasks_task_queue_seconds", "From task creation to the first start of a run", ["tool"], buckets=_SLOW
+)
+DURATION_SECONDS: Final = Histogram(
+    "mcptasks_task_duration_seconds", "From task creation to a terminal status", ["tool"], buckets=_SLOW
+)
+INPUT_WAIT_SECONDS: Final = Histogram(
+    "mcptasks_task_input_wait_seconds", "Time a task waited in input_required", ["tool"], buckets=_SLOW
+)
+TASKS: Final = Gauge("mcptasks_tasks", "Non-terminal tasks by status, as the executor's store sees them", ["status"])
+RUNS_STARTED: Final = Counter("mcptasks_runs_started_total", "Runs started (local processes or Jobs)", ["tool"])
+JOBS_CREATED: Final = Counter("mcptasks_jobs_created_total", "Kubernetes Jobs created by the operator")
+JOBS_DELETED: Final = Counter("mcptasks_jobs_deleted_total", "Kubernetes Jobs deleted by the operator")
+WORKER_API: Final = Counter(
+    "mcptasks_worker_api_requests_total", "Worker API calls by route and HTTP status", ["route", "code"]
+)
+OPEN_STREAMS: Final = Gauge("mcptasks_open_streams", "Open SSE streams", ["kind"])
+STORE_SECONDS: Final = Histogram(
+    "mcptasks_store_operation_duration_seconds",
+    "Task store and API server request latency",
+    ["store", "operation"],
+    buckets=_FAST,
+)
+STORE_CONFLICTS: Final = Counter("mcptasks_store_conflicts_total", "Compare-and-swap conflicts", ["store"])
+
+_UNFINISHED: Final = tuple(status for status in TaskStatus if not status.is_terminal)
+
+
+def method_label(method: str | None, served: Iterable[str]) -> str:
+    """`method` when it is one we serve (bounded label values), `other` otherwise, `none` when unparsed."""
+    if method is None:
+        return "none"
+    return method if method in served else "other"
+
+
+def record_write(before: TaskRecord | None, after: TaskRecord) -> None:
+    """The write observer (`tasks.interfaces.add_write_observer`): creations, transitions and timings."""
+    tool = after.tool
+    if before is None:
+        TASKS_CREATED.labels(tool).inc()
+        return
+    if before.attempt == 0 and after.attempt > 0:
+        QUEUE_SECONDS.labels(tool).observe(max(0.0, (after.last_updated_at - after.created_at).total_seconds()))
+    if after.status is before.status:
+        return
+    TRANSITIONS.labels(tool, after.status.value).inc()
+    if before.status is TaskStatus.INPUT_REQUIRED:
+        waited = (after.last_updated_at - before.last_updated_at).total_seconds()
+        INPUT_WAIT_SECONDS.labels(tool).observe(max(0.0, waited))
+    if after.status.is_terminal:
+        tool_error = after.status is TaskStatus.COMPLETED and bool((after.result or {}).get("isError"))
+        FINISHED.labels(tool, after.status.value, "true" if tool_error else "false").inc()
+        DURATION_SECONDS.labels(tool).observe(max(0.0, (after.last_updated_at - after.created_at).total_seconds()))
+
+
+def set_unfinished(counts: dict[str, int]) -> None:
+    """Set `mcptasks_tasks{status}` for every non-terminal status (absent statuses are 0)."""
+    for status in _UNFINISHED:
+        TASKS.labels(status.value).set(counts.get(status.value, 0))
+
+
+def timed(store: str, operation: str) -> Callable[[], None]:
+    """Start timing one store operation; call the returned function when it ends."""
+    started = time.perf_counter()
+    return lambda: STORE_SECONDS.labels(store, operation).observe(time.perf_counter() - started)
