@@ -21,7 +21,7 @@ def install() -> None:
     Also drops the `_created` series prometheus-client adds to every counter and histogram (half the
     series, rarely read).
     """
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus-client
     add_write_observer(metrics.record_write)
 
 
