@@ -18,6 +18,7 @@ import yaml
 from mcp_tasks.cli.settings import SettingsError
 from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
+from tests.metrics import scrape, value
 
 WAIT_S = 30.0
 
@@ -46,10 +47,21 @@ def conditions_of(plane: ControlPlane, namespace: str, task_id: str) -> dict[str
 async def test_the_sep_hello_world_flow_runs_as_a_job(
     gateways: Gateways, operators: Operators, control_plane: ControlPlane, namespace: str
 ) -> None:
-    """SEP-2663 Example Message Flow, verbatim, with the tool in a Job's pod talking to the operator."""
-    operators.start()
+    """SEP-2663 Example Message Flow, verbatim, with the tool in a Job's pod talking to the operator;
+    the operator's `/metrics` (scraped over HTTP) shows the Job, the run and the outcome."""
+    metrics_port = free_port()
+    operators.start("--metrics-port", str(metrics_port))
     gateway = await gateways.start()
     task_id = await sep_hello_world(gateway.url)
+    async with aiohttp.ClientSession() as session:
+        samples = await scrape(session, f"http://127.0.0.1:{metrics_port}/metrics")
+    assert value(samples, "mcptasks_jobs_created_total") == 1
+    assert value(samples, "mcptasks_runs_started_total", tool="hello_world") == 1
+    finished = {"tool": "hello_world", "status": "completed", "tool_error": "false"}
+    assert value(samples, "mcptasks_tasks_finished_total", **finished) == 1, "the result is written by the operator"
+    assert value(samples, "mcptasks_worker_api_requests_total", route="/input-requests", code="200") == 1
+    status_writes = {"store": "kubernetes", "operation": "replace_status"}
+    assert value(samples, "mcptasks_store_operation_duration_seconds_count", **status_writes) > 0
 
     (job,) = jobs_of(control_plane, namespace, task_id)
     task = get_object(control_plane, namespace, task_id)
