@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 
 import kopf
 from aiohttp import web
@@ -21,14 +22,16 @@ from mcp_tasks.cli.gateway import api_error, connect
 from mcp_tasks.cli.serve import start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
+from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.client import close_api_client
-from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.interfaces import add_write_observer, utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
+from mcp_tasks.worker.executions import Execution
 
 logger = logging.getLogger("mcp_tasks.cli")
 
@@ -81,6 +84,8 @@ async def operator(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     web_runner: web.AppRunner | None = None
     metrics_runner: web.AppRunner | None = None
+    recorder: EventRecorder | None = None
+    stop_observing: Callable[[], None] | None = None
     sweeping: asyncio.Task[None] | None = None
     try:
         try:
@@ -94,9 +99,19 @@ async def operator(settings: Settings) -> None:
                 "(does the namespace exist? CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
             ) from exc
         executions = TaskExecutions(key, store, catalog)
-        reconciler = Reconciler(api, store, catalog, artifacts, executions, config, utc_now)
+        recorder = EventRecorder(api, namespace, store)
+        recorder.start()
+        stop_observing = add_write_observer(recorder.observe)
+        reconciler = Reconciler(api, store, catalog, artifacts, executions, config, utc_now, recorder.emit)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
-        worker_app = create_worker_app(executions, channel, config.artifact_max_bytes + 64 * 1024)
+
+        def tool_running(execution: Execution) -> None:
+            if execution.task_id is not None:
+                tool = execution.tool.name if execution.tool is not None else "the tool"
+                note = f"{tool} is running (attempt {execution.attempt})"
+                recorder.emit(TaskEvent(execution.task_id, "ToolRunning", note, action="Run"))
+
+        worker_app = create_worker_app(executions, channel, config.artifact_max_bytes + 64 * 1024, tool_running)
         web_runner = web.AppRunner(worker_app, access_log=None, shutdown_timeout=5)
         await web_runner.setup()
         await web.TCPSite(web_runner, config.worker_host, config.worker_port).start()
@@ -127,6 +142,10 @@ async def operator(settings: Settings) -> None:
             await web_runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
+        if stop_observing is not None:
+            stop_observing()
+        if recorder is not None:
+            await recorder.aclose()
         await catalog.aclose()
         await store.aclose()
         await close_api_client(api)

@@ -56,6 +56,9 @@ STORE_SECONDS: Final = Histogram(
     ["store", "operation"],
     buckets=_FAST,
 )
+EVENTS_DROPPED: Final = Counter(
+    "mcptasks_events_dropped_total", "Kubernetes Events not written (queue full or API error)"
+)
 STORE_CONFLICTS: Final = Counter("mcptasks_store_conflicts_total", "Compare-and-swap conflicts", ["store"])
 
 _UNFINISHED: Final = tuple(status for status in TaskStatus if not status.is_terminal)

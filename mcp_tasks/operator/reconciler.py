@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.credentials import TaskExecutions
+from mcp_tasks.operator.events import TaskEvent
 from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, build_secret, object_name
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
@@ -69,6 +70,7 @@ class Reconciler:
         executions: worker credentials (the per-task Secret's token).
         settings: operator settings.
         clock: UTC clock.
+        emit: where Kubernetes Events go (`EventRecorder.emit`; it never blocks). Default: nowhere.
     """
 
     def __init__(
@@ -80,7 +82,9 @@ class Reconciler:
         executions: TaskExecutions,
         settings: OperatorSettings,
         clock: Clock,
+        emit: Callable[[TaskEvent], None] | None = None,
     ) -> None:
+        self.emit = emit or (lambda event: None)
         self.batch = BatchV1Api(api)
         self.core = CoreV1Api(api)
         self.store = store
@@ -165,6 +169,8 @@ class Reconciler:
             return
         metrics.JOBS_CREATED.inc()
         metrics.RUNS_STARTED.labels(tool.name).inc()
+        note = f"Created Job {job['metadata']['name']} to run tool {tool.name} (attempt {record.attempt + 1})"
+        self.emit(TaskEvent(record.task_id, "JobCreated", note, action="Create"))
         self._with_job.add(record.task_id)
         await self._change(record.task_id, lambda r, now: transitions.start_attempt(r), "run started")
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)

@@ -25,6 +25,7 @@ logger = logging.getLogger("mcp_tasks.worker")
 
 EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionLookup)
 CHANNEL_KEY: Final = web.AppKey("channel", WorkerChannel)
+ON_STARTED_KEY: Final[web.AppKey[Callable[[Execution], None]]] = web.AppKey("on_started")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -48,8 +49,9 @@ async def _json_body(request: web.Request) -> dict[str, object]:
 
 
 async def get_input(request: web.Request) -> web.Response:
-    """GET /input → arguments and pre-task input responses."""
+    """GET /input → arguments and pre-task input responses; the tool runs (`on_started` hears of it)."""
     execution = await _execution(request)
+    request.app[ON_STARTED_KEY](execution)
     return web.json_response(
         {
             "arguments": execution.arguments,
@@ -154,11 +156,21 @@ async def _metered(request: web.Request, handler: Handler) -> web.StreamResponse
     return response
 
 
-def create_worker_app(executions: ExecutionLookup, channel: WorkerChannel, max_body_bytes: int) -> web.Application:
-    """The worker API application (the embedded runner serves it on 127.0.0.1 only), plus `GET /healthz`."""
+def create_worker_app(
+    executions: ExecutionLookup,
+    channel: WorkerChannel,
+    max_body_bytes: int,
+    on_started: Callable[[Execution], None] | None = None,
+) -> web.Application:
+    """The worker API application (the embedded runner serves it on 127.0.0.1 only), plus `GET /healthz`.
+
+    `on_started` is called (quickly, it must not block) when a tool process first reads its input: the
+    tool is running (the operator reports it as an Event).
+    """
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_metered, _storage_faults])
     app[EXECUTIONS_KEY] = executions
     app[CHANNEL_KEY] = channel
+    app[ON_STARTED_KEY] = on_started or (lambda execution: None)
     base = "/v1/executions/{execution_id}"
     app.router.add_get(base + contract.PATH_INPUT, get_input)
     app.router.add_post(base + contract.PATH_STATUS, post_status)

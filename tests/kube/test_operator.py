@@ -44,6 +44,20 @@ def conditions_of(plane: ControlPlane, namespace: str, task_id: str) -> dict[str
     return {condition["type"]: condition for condition in task["status"].get("conditions", [])}
 
 
+def events_of(plane: ControlPlane, namespace: str, task_id: str) -> list[dict[str, Any]]:
+    """The events.k8s.io/v1 Events regarding the McpTask, oldest first, as the API server holds them."""
+    items: list[dict[str, Any]] = kube_json(plane, namespace, "events.events.k8s.io")["items"]
+    mine = [event for event in items if (event.get("regarding") or {}).get("name") == task_id]
+    return sorted(mine, key=lambda event: event.get("eventTime") or "")
+
+
+async def reasons_become(plane: ControlPlane, namespace: str, task_id: str, *expected: str) -> list[dict[str, Any]]:
+    """Wait until the task's Events have exactly the `expected` reasons, in order (they are written in the
+    background); return them."""
+    await until(lambda: [e["reason"] for e in events_of(plane, namespace, task_id)] == list(expected))
+    return events_of(plane, namespace, task_id)
+
+
 async def test_the_sep_hello_world_flow_runs_as_a_job(
     gateways: Gateways, operators: Operators, control_plane: ControlPlane, namespace: str
 ) -> None:
@@ -94,6 +108,19 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
     await until(lambda: jobs_of(control_plane, namespace, task_id)[0]["status"].get("succeeded") == 1)
     table = control_plane.kubectl("get", "mcptasks,jobs", "-n", namespace)
     assert task_id in table and "completed" in table and "Complete" in table
+    events = await reasons_become(
+        control_plane, namespace, task_id, "JobCreated", "ToolRunning", "InputRequested", "Completed"
+    )
+    assert all(e["regarding"]["uid"] == task["metadata"]["uid"] and e["type"] == "Normal" for e in events)
+    assert all(
+        e["related"]
+        == {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "namespace": namespace}
+        for e in events
+    )
+    assert events[2]["note"] == "Waiting for input: name"
+    assert events[0]["reportingController"] == "mcptasks.io/operator"
+    described = control_plane.kubectl("describe", "mcptask", task_id, "-n", namespace)
+    assert "JobCreated" in described and "InputRequested" in described and "Completed" in described
 
 
 async def test_cancelling_a_running_task_deletes_its_job_and_ends_cancelled(
@@ -126,6 +153,10 @@ async def test_cancelling_a_running_task_deletes_its_job_and_ends_cancelled(
     assert done["status"] == "cancelled"
     finished = conditions_of(control_plane, namespace, task_id)["Finished"]
     assert (finished["status"], finished["reason"]) == ("True", "Cancelled")
+    # the tool may be cancelled before it reads its input, so `ToolRunning` may come or not in between
+    await until(lambda: [e["reason"] for e in events_of(control_plane, namespace, task_id)][-1:] == ["Cancelled"])
+    reasons = [e["reason"] for e in events_of(control_plane, namespace, task_id)]
+    assert reasons in (["JobCreated", "ToolRunning", "Cancelled"], ["JobCreated", "Cancelled"]), reasons
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
     await until(
         lambda: not kube_json(control_plane, namespace, "pods", "-l", f"mcptasks.io/task-id={task_id}")["items"]
@@ -204,6 +235,8 @@ async def test_a_pod_that_never_starts_fails_its_task_within_the_start_deadline(
     finished = conditions_of(control_plane, namespace, task_id)["Finished"]
     assert (finished["status"], finished["reason"]) == ("True", "StartTimeout")
     assert "could not start" in finished["message"] and finished["observedGeneration"] >= 1
+    events = await reasons_become(control_plane, namespace, task_id, "JobCreated", "StartTimeout")
+    assert events[1]["type"] == "Warning" and "ImagePull" in events[1]["note"], events[1]
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
 
 

@@ -35,7 +35,8 @@ _REASON: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 """What the API conventions allow as a `reason` (CamelCase, machine-readable)."""
 
 
-def _finished_reason(record: TaskRecord) -> str:
+def finished_reason(record: TaskRecord) -> str:
+    """How a terminal task ended, as a CamelCase reason: `Completed`, `ToolError`, `Cancelled`, or a failure's."""
     if record.status is TaskStatus.COMPLETED:
         return "ToolError" if (record.result or {}).get("isError") else "Completed"
     if record.status is TaskStatus.CANCELLED:
@@ -72,7 +73,7 @@ def desired(record: TaskRecord) -> list[tuple[str, str, str, str]]:
         (
             CONDITION_FINISHED,
             "True" if finished else "False",
-            _finished_reason(record) if finished else "Running",
+            finished_reason(record) if finished else "Running",
             _short(record.status_message) if finished else "",
         ),
     ]
