@@ -28,7 +28,7 @@ from mcp_tasks.gateway import artifacts, discovery, legacy_calls, tool_calls
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MethodNotFound, ProtocolError
+from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, MethodNotFound, ProtocolError
 from mcp_tasks.protocol.headers import RequestEnvelope
 from mcp_tasks.protocol.jsonrpc import Message, error_response, result_response
 from mcp_tasks.tasks import transitions
@@ -48,10 +48,14 @@ LEGACY_METHODS: Final = frozenset(
         constants.METHOD_TOOLS_LIST,
         constants.METHOD_TOOLS_CALL,
         "resources/list",
+        "resources/templates/list",
         constants.METHOD_RESOURCES_READ,
     }
 )
 """Requests the legacy era is served; any other legacy request is -32601."""
+
+_MODERN_ONLY: Final = frozenset({constants.METHOD_DISCOVER, constants.METHOD_SUBSCRIPTIONS_LISTEN})
+"""Methods that exist only in the modern era: without `_meta` they get the modern -32602 naming it."""
 
 _MODERN_ONLY_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
 
@@ -60,9 +64,9 @@ def selects_legacy(headers: Mapping[str, str], message: Message) -> bool:
     """True when `message` speaks the legacy era; pure, headers case-insensitive.
 
     Legacy: no `io.modelcontextprotocol/protocolVersion` in `params._meta`, and either a legacy
-    `MCP-Protocol-Version` header (any method: an unserved one is a legacy -32601) or no header at all
-    with a method the legacy era is served (`initialize` comes without one). Without either, a request
-    stays modern, so `server/discover` without `_meta` is still the modern -32602.
+    `MCP-Protocol-Version` header, or no header at all (`initialize` comes without one, and 2025-03-26
+    clients never send it) with any method but the modern-only ones: an unserved method is then a
+    legacy -32601. So `server/discover` without `_meta` is still the modern -32602.
     """
     meta = message.params.get("_meta")
     if isinstance(meta, dict) and constants.META_PROTOCOL_VERSION in meta:
@@ -70,7 +74,7 @@ def selects_legacy(headers: Mapping[str, str], message: Message) -> bool:
     header = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip()
     if header:
         return header in constants.LEGACY_PROTOCOL_VERSIONS
-    return message.is_notification or message.method in LEGACY_METHODS
+    return message.method not in _MODERN_ONLY
 
 
 def is_input_reply(payload: Any) -> bool:
@@ -177,6 +181,8 @@ async def serve(
             result = {**listed, "tools": [_legacy_tool(tool) for tool in listed["tools"]]}
         elif message.method == "resources/list":
             result = await discovery.list_resources(ctx)
+        elif message.method == "resources/templates/list":
+            result = {"resourceTemplates": []}
         elif message.method == constants.METHOD_RESOURCES_READ:
             result = await artifacts.read_resource(ctx)
         elif message.method == constants.METHOD_TOOLS_CALL:
@@ -189,6 +195,10 @@ async def serve(
     if isinstance(result, web.StreamResponse):
         return result
     return json_response(result_response(message.request_id, _legacy_form(result)))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _legacy_tool(tool: JsonObject) -> JsonObject:
@@ -209,12 +219,23 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
     request (an `ElicitResult` without `action`): 400 with a -32602 naming the key.
     """
     refused = InvalidParams("Invalid params: no pending request has this id; it may have ended or been answered")
+    if payload.get("jsonrpc") != "2.0":
+        return json_response(error_response(None, InvalidRequest('Invalid Request: "jsonrpc" must be "2.0"')), 400)
+    answer = payload.get("result")
+    error = payload.get("error")
+    if ("result" in payload) == ("error" in payload):
+        return json_response(error_response(None, InvalidRequest("Invalid Request: send result or error")), 400)
+    if "error" in payload and not (
+        isinstance(error, dict) and _is_int(error.get("code")) and isinstance(error.get("message"), str)
+    ):
+        shape = InvalidParams("Invalid params: error must be a JSON-RPC error object {code: integer, message: string}")
+        return json_response(error_response(None, shape), 400)
+    if "result" in payload and not isinstance(answer, dict):
+        return json_response(error_response(None, InvalidParams("Invalid params: result must be an object")), 400)
     parsed = legacy_calls.parse_input_reply_id(services.settings.request_state_secret, owner, payload["id"])
     if parsed is None:
         return json_response(error_response(None, refused), 400)
     task_id, key = parsed
-    answer = payload.get("result")
-    error = payload.get("error")
     now = services.clock()
 
     def apply(record: TaskRecord) -> tuple[TaskRecord, bool]:
@@ -222,16 +243,15 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
             return record, False
         if isinstance(error, dict):
             return transitions.refuse_input_request(record, key, error, now), True
-        if not isinstance(answer, dict):
-            raise InvalidInputResponse(f"inputResponses[{key!r}] must be an object")
         return transitions.answer_input_requests(record, {key: answer}, now), True
 
     try:
         _record, delivered = await transact(services.store, task_id, apply, owner)
     except TaskNotFound:
         delivered = False
-    except InvalidInputResponse as exc:
-        return json_response(error_response(None, InvalidParams(f"Invalid params: {exc}")), 400)
+    except InvalidInputResponse as exc:  # names the key as `inputResponses[...]`; say it as this client sent it
+        problem = str(exc).replace(f"inputResponses[{key!r}]", "result", 1)
+        return json_response(error_response(None, InvalidParams(f"Invalid params: {problem}")), 400)
     if not delivered:
         return json_response(error_response(None, refused), 400)
     return web.Response(status=202)

@@ -34,11 +34,13 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from typing import Final
 
 from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.listen import SHUTDOWN_KEY
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
@@ -46,7 +48,7 @@ from mcp_tasks.protocol.jsonrpc import RequestId, error_response, notification, 
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
-from mcp_tasks.tasks.inline import INLINE_TTL_MS, call_outcome
+from mcp_tasks.tasks.inline import call_outcome, hidden
 from mcp_tasks.tasks.interfaces import notify_written, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -84,14 +86,20 @@ def input_reply_id(secret: bytes, owner: Owner, task_id: str, key: str) -> str:
     return f"{INPUT_REPLY_PREFIX}{task_id}.{_b64(key.encode())}.{mac}"
 
 
+_HEX32: Final = re.compile(r"^[0-9a-f]{32}$")
+
+
 def parse_input_reply_id(secret: bytes, owner: Owner, reply_id: str) -> tuple[str, str] | None:
-    """`(taskId, key)` of a genuine `input_reply_id` issued to `owner`, else `None` (forged or foreign)."""
-    try:
-        task_id, encoded_key, mac = reply_id.removeprefix(INPUT_REPLY_PREFIX).split(".")
-        key = base64.urlsafe_b64decode(encoded_key + "=" * (-len(encoded_key) % 4)).decode()
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+    """`(taskId, key)` of a genuine `input_reply_id` issued to `owner`, else `None` (forged, foreign, malformed)."""
+    parts = reply_id.removeprefix(INPUT_REPLY_PREFIX).split(".")
+    if len(parts) != 3 or not _HEX32.match(parts[0]) or not _HEX32.match(parts[2]):
         return None
-    expected = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    task_id, encoded_key, mac = parts
+    try:
+        key = base64.urlsafe_b64decode(encoded_key + "=" * (-len(encoded_key) % 4)).decode()
+        expected = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    except (ValueError, binascii.Error, UnicodeError):  # not base64, not UTF-8, a lone surrogate
+        return None
     return (task_id, key) if hmac.compare_digest(mac, expected) else None
 
 
@@ -103,13 +111,17 @@ class _ClientGone(ConnectionError):
     """The client closed the connection while its call was running."""
 
 
+class _ServerStopping(Exception):
+    """The server is shutting down while the call runs: its hidden task is cancelled."""
+
+
 async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> TaskRecord:
     """Insert the hidden task under the first free derived id (a random one once all are taken)."""
     services = ctx.services
     request_id = ctx.message.request_id
     assert request_id is not None  # notifications never reach a call
     fresh = transitions.new_task(mint_task_id(), ctx.owner, tool, arguments, services.clock())
-    fresh = dataclasses.replace(fresh, ttl_ms=min(fresh.ttl_ms, INLINE_TTL_MS))
+    fresh = hidden(fresh)
     secret = services.settings.request_state_secret
     for generation in range(GENERATIONS):
         candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
@@ -125,31 +137,44 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) ->
     return created
 
 
+CANCELLED_BY_CLIENT: Final = "notifications/cancelled"
+"""`cancel_requested_by` of a hidden task its client cancelled: its call then ends without a response."""
+
+
 async def _request_cancel(services: Services, task_id: str, why: str) -> None:
     logger.info("cancelling the hidden task %s of a legacy call: %s", task_id, why)
+    by = CANCELLED_BY_CLIENT if why == CANCELLED_BY_CLIENT else "gateway"
     with contextlib.suppress(TaskNotFound, StoreUnavailable, VersionConflict):
-        await transact(
-            services.store, task_id, lambda r: (transitions.request_cancel(r, "legacy-client", services.clock()), None)
-        )
+        await transact(services.store, task_id, lambda r: (transitions.request_cancel(r, by, services.clock()), None))
 
 
 async def cancel_call(services: Services, owner: Owner, request_id: object) -> None:
-    """`notifications/cancelled {requestId}`: request cancellation of the owner's live call with that id.
+    """`notifications/cancelled {requestId}`: cancel the owner's live call with that id, when it is unambiguous.
 
-    Cooperative, like `tasks/cancel`. An id this principal has no live call for is ignored (2025-11-25
+    Without sessions the server cannot tell which of the principal's connections sent the notification,
+    and clients restart their ids on every connection. So it acts only when exactly one task of this
+    principal carries that id (live, and no other one finished within its retention): otherwise it
+    could stop another client's call, and the cancelling client's own disconnect stops its call anyway.
+    Cooperative, like `tasks/cancel`; an id with no live call is ignored (2025-11-25
     `utilities/cancellation`: the receiver MAY ignore a cancellation it cannot match).
     """
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
         return
     secret = services.settings.request_state_secret
+    found: list[TaskRecord] = []
     for generation in range(GENERATIONS):
-        task_id = call_task_id(secret, owner, request_id, generation)
         try:
-            record = await services.store.get(task_id, owner)
+            found.append(await services.store.get(call_task_id(secret, owner, request_id, generation), owner))
         except TaskNotFound:
             continue
-        if not record.status.is_terminal:
-            await _request_cancel(services, task_id, "notifications/cancelled")
+    if len(found) != 1:
+        if found:
+            logger.info(
+                "notifications/cancelled for %r matches %d calls of one principal; ignored", request_id, len(found)
+            )
+        return
+    if not found[0].status.is_terminal:
+        await _request_cancel(services, found[0].task_id, CANCELLED_BY_CLIENT)
 
 
 async def stream_call(
@@ -174,13 +199,19 @@ async def stream_call(
         await response.prepare(request)
         try:
             outcome = await _follow(request, response, ctx, record, progress_token)
+        except _ServerStopping:
+            stopping = ServiceUnavailable("The server is shutting down; the call was cancelled: call the tool again")
+            await response.write(_frame(error_response(request_id, stopping)))
+            finished = True
+            return response
         except StoreUnavailable as exc:  # the stream is open: the error becomes the call's response on it
             logger.warning("legacy call %r lost the task store: %s", request_id, exc)
             error = ServiceUnavailable(f"The task store is unavailable ({exc}); call the tool again")
             await response.write(_frame(error_response(request_id, error)))
             finished = True
             return response
-        await response.write(_frame(result_response(request_id, outcome)))
+        if outcome is not None:  # None: the client cancelled the call, and gets no response (2025-11-25)
+            await response.write(_frame(result_response(request_id, outcome)))
         finished = True
     except (ConnectionResetError, ConnectionError):
         logger.debug("legacy call %r: the client disconnected", request_id)
@@ -193,8 +224,10 @@ async def stream_call(
 
 async def _follow(
     request: web.Request, response: web.StreamResponse, ctx: RequestContext, record: TaskRecord, progress_token: object
-) -> JsonObject:
-    """Write progress and input requests until the task is terminal; return the call's `CallToolResult`."""
+) -> JsonObject | None:
+    """Write progress and input requests until the task is terminal; return the call's `CallToolResult`,
+    or `None` when the client cancelled the call (`notifications/cancelled`).
+    """
     services = ctx.services
     settings = services.settings
     secret = settings.request_state_secret
@@ -208,7 +241,7 @@ async def _follow(
         record = await services.store.get(record.task_id)
         outcome = call_outcome(record)
         if outcome is not None:
-            return outcome
+            return None if record.cancel_requested_by == CANCELLED_BY_CLIENT else outcome
         if request.transport is None or request.transport.is_closing():
             raise _ClientGone(record.task_id)
         frames: list[JsonObject] = []
@@ -239,10 +272,30 @@ async def _follow(
                 "call without the tasks extension stays open; connect with MCP 2026-07-28 and the "
                 f"{constants.TASKS_EXTENSION} extension to run it as a task"
             )
-        await services.store.wait_for_change(min(remaining, settings.listen_keepalive_s), record.task_id)
+        if await _changed_or_stopping(request, services, record.task_id, min(remaining, settings.listen_keepalive_s)):
+            await _request_cancel(services, record.task_id, "the server is shutting down")
+            raise _ServerStopping(record.task_id)
         if clock() - last_write >= settings.listen_keepalive_s:
             await response.write(b": keepalive\n\n")
             last_write = clock()
+
+
+async def _changed_or_stopping(request: web.Request, services: Services, task_id: str, timeout_s: float) -> bool:
+    """Wait for a change of the task (or `timeout_s`); True when the server is shutting down instead."""
+    shutdown = request.app[SHUTDOWN_KEY]
+    if shutdown.is_set():
+        return True
+    waits = [
+        asyncio.ensure_future(services.store.wait_for_change(timeout_s, task_id)),
+        asyncio.ensure_future(shutdown.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    return shutdown.is_set()
 
 
 def _is_token(value: object) -> bool:

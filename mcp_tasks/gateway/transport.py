@@ -38,6 +38,7 @@ from mcp_tasks.protocol.jsonrpc import (
     RequestId,
     decode_body,
     error_response,
+    lone_surrogate_path,
     may_escape_surrogates,
     parse_message,
     peek_request_id,
@@ -279,6 +280,9 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         payload = decode_body(body)
         if legacy.is_input_reply(payload):
             request[REQUEST_METHOD_KEY] = METHOD_LABEL_RESPONSE
+            where = lone_surrogate_path(payload) if may_escape_surrogates(body) else None
+            if where is not None:  # as parse_message refuses them in a request: nothing could store it
+                raise InvalidParams(f"Invalid params: {where} holds a lone UTF-16 surrogate escape (\\ud800-\\udfff)")
             return await legacy.accept_reply(payload, owner, services)
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))

@@ -30,6 +30,12 @@ INLINE_TTL_MS = 60_000
 """Retention of a synchronous call's hidden task after it finishes, in ms (nobody reads it afterwards)."""
 
 
+def hidden(record: TaskRecord) -> TaskRecord:
+    """`record` as a task its client never sees: kept `INLINE_TTL_MS` after it finishes, not its tool's TTL."""
+    retention_ms = min(record.ttl_ms, INLINE_TTL_MS)
+    return dataclasses.replace(record, ttl_ms=retention_ms, retention_ms=retention_ms)
+
+
 class TaskBackedExecutor:
     """A `ToolExecutor` that runs each synchronous call as a hidden task in `store`.
 
@@ -52,7 +58,7 @@ class TaskBackedExecutor:
             TimeoutError: it did not finish in time (the task is cancelled).
         """
         fresh = transitions.new_task(mint_task_id(), owner, tool, arguments, self.clock(), pre_input_responses)
-        record = await self.store.create(dataclasses.replace(fresh, ttl_ms=min(fresh.ttl_ms, INLINE_TTL_MS)))
+        record = await self.store.create(hidden(fresh))
         notify_written(None, record)
         try:
             return await self._await(record, tool)

@@ -96,6 +96,7 @@ class TaskRecord:
     error: JsonObject | None = None
     lease: Lease | None = None
     attempt: int = 0
+    retention_ms: int | None = None
     version: str = ""
 
     @property

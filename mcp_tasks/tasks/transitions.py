@@ -66,6 +66,7 @@ def new_task(
         created_at=now,
         last_updated_at=now,
         ttl_ms=tool.execution.ttl_ms,
+        retention_ms=tool.execution.ttl_ms,
         poll_interval_ms=tool.execution.poll_interval_ms,
         pre_input_responses=dict(pre_input_responses or {}),
         client_capabilities=None if client_capabilities is None else input_capabilities(client_capabilities),
@@ -106,7 +107,13 @@ def missing_input_capability(record: TaskRecord, request: JsonObject) -> str | N
 
 
 def keep_alive_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> int:
-    """`ttl_ms` that keeps a running task at least `retention_ms` from expiry (SEP-2663: ttlMs MAY change)."""
+    """`ttl_ms` that keeps a running task at least `retention_ms` from expiry (SEP-2663: ttlMs MAY change).
+
+    `retention_ms` (the tool's `ttlMs` now) is capped by the task's own `retention_ms`, so a hidden task
+    (a synchronous or legacy-era call, kept `INLINE_TTL_MS`) is not kept for its tool's full TTL.
+    """
+    if record.retention_ms is not None:
+        retention_ms = min(retention_ms, record.retention_ms)
     needed = to_epoch_ms(now) - to_epoch_ms(record.created_at) + retention_ms
     return max(record.ttl_ms, needed)
 

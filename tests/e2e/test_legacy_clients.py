@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,7 +17,9 @@ from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
-from tests.conftest import Embedded
+from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.tasks.inline import INLINE_TTL_MS
+from tests.conftest import Embedded, server_settings, start_embedded
 
 LEGACY = "2025-11-25"
 HEADERS = {
@@ -191,34 +194,116 @@ async def test_answers_are_routed_by_an_unguessable_id_bound_to_the_principal(
         response.close()
 
 
-async def test_notifications_cancelled_and_a_disconnect_cancel_the_hidden_task(
+async def cancel_notification(session: aiohttp.ClientSession, url: str, request_id: int) -> None:
+    body = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    status, _, _ = await legacy_post(session, url, body)
+    assert status == 202
+
+
+async def status_of(embedded: Embedded, task_id: str) -> TaskStatus:
+    return (await embedded.store.get(task_id)).status
+
+
+async def until_terminal(embedded: Embedded, task_id: str) -> TaskStatus:
+    for _ in range(200):
+        if (status := await status_of(embedded, task_id)).is_terminal:
+            return status
+        await asyncio.sleep(0.1)
+    return await status_of(embedded, task_id)
+
+
+async def test_notifications_cancelled_stops_the_call_and_it_gets_no_response(
     embedded: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
+    """2025-11-25 cancellation: the hidden task is cancelled (cooperatively) and the call's stream ends
+    without a response; the finished hidden task is kept `INLINE_TTL_MS`, not its tool's hour."""
     response, queue, pump = await open_call(http_session, embedded.url, 11, "sleeper", {"seconds": 30})
     try:
         task_id = await wait_for_hidden_task(embedded)
-        status, _, _ = await legacy_post(
-            http_session,
-            embedded.url,
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 11, "reason": "bored"}},
-        )
-        assert status == 202
-        final = await asyncio.wait_for(queue.get(), 30)
-        assert final["id"] == 11 and final["result"]["isError"] is True
-        assert (await embedded.store.get(task_id)).status is TaskStatus.CANCELLED
+        await cancel_notification(http_session, embedded.url, 11)
+        await asyncio.wait_for(pump, 30)  # the stream ended
+        assert queue.empty(), "no response to a cancelled request"
+        record = await embedded.store.get(task_id)
+        assert record.status is TaskStatus.CANCELLED
+        assert record.ttl_ms <= INLINE_TTL_MS + 30_000, record.ttl_ms
     finally:
         pump.cancel()
         response.close()
 
-    response, queue, pump = await open_call(http_session, embedded.url, 11, "sleeper", {"seconds": 30})
-    second = await wait_for_hidden_task(embedded, not_in={task_id})
-    pump.cancel()
-    response.close()  # the client goes away mid-call
-    for _ in range(200):
-        if (await embedded.store.get(second)).status.is_terminal:
-            break
-        await asyncio.sleep(0.1)
-    assert (await embedded.store.get(second)).status is TaskStatus.CANCELLED
+
+async def test_an_ambiguous_cancellation_is_ignored_and_a_disconnect_still_cancels(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """Without sessions, two live calls of one principal may share a JSON-RPC id (ids restart with each
+    connection): `notifications/cancelled` then stops neither, rather than maybe the wrong one. A client
+    that goes away mid-call always stops its own call."""
+    first, _, pump_a = await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30})
+    second, _, pump_b = await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30})
+    try:
+        a = await wait_for_hidden_task(embedded)
+        b = await wait_for_hidden_task(embedded, not_in={a})
+        await cancel_notification(http_session, embedded.url, 12)
+        await asyncio.sleep(1.0)
+        assert [await status_of(embedded, a), await status_of(embedded, b)] == [TaskStatus.WORKING] * 2
+        pump_a.cancel()
+        first.close()  # one client goes away: its call, and only its call, is cancelled
+        assert await until_terminal(embedded, a) is TaskStatus.CANCELLED
+        assert await status_of(embedded, b) is TaskStatus.WORKING
+    finally:
+        for pump, response in ((pump_a, first), (pump_b, second)):
+            pump.cancel()
+            response.close()
+    assert await until_terminal(embedded, b) is TaskStatus.CANCELLED
+
+
+async def test_malformed_replies_and_reply_ids_are_refused_with_400(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """No reply shape reaches the store unchecked: lone surrogates, bad ids, bad error objects."""
+    response, queue, pump = await open_call(http_session, embedded.url, 13, "hello_world", {})
+    try:
+        ask = await asyncio.wait_for(queue.get(), 30)
+        reply_id = ask["id"]
+        bad: list[str] = [
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","result":{{"action":"accept","content":{{"name":"a\\ud800b"}}}}}}',
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","error":{{"code":-1,"message":"\\udfff"}}}}',
+            '{"jsonrpc":"2.0","id":"mcptasks-input.abc.bmFtZQ.\u00e9","result":{}}',
+            '{"jsonrpc":"2.0","id":"mcptasks-input.\\ud800.bmFtZQ.00","result":{}}',
+            f'{{"id":"{reply_id}","result":{{"action":"accept"}}}}',
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","error":{{}}}}',
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","error":{{"code":"x","message":"m"}}}}',
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","result":[1]}}',
+            f'{{"jsonrpc":"2.0","id":"{reply_id}","result":{{}},"error":{{"code":1,"message":"m"}}}}',
+        ]
+        for body in bad:
+            async with http_session.post(embedded.url, data=body, headers=HEADERS) as answer:
+                assert answer.status == 400, (body, answer.status, await answer.text())
+                assert (await answer.json())["id"] is None
+        good = {"jsonrpc": "2.0", "id": reply_id, "error": {"code": -32601, "message": "Method not found"}}
+        status, _, _ = await legacy_post(http_session, embedded.url, good)
+        assert status == 202
+        final = await asyncio.wait_for(queue.get(), 30)
+        assert final["result"]["isError"] is True and "elicitation/create" in final["result"]["content"][0]["text"]
+    finally:
+        pump.cancel()
+        response.close()
+
+
+async def test_a_headerless_legacy_client_gets_legacy_answers_for_unserved_methods(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """A 2025-03-26 client sends no `MCP-Protocol-Version`: unserved methods are -32601 (HTTP 200) and
+    `resources/templates/list` is an empty list, not the modern "_meta is required"."""
+    plain = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    for method, expected in (("resources/templates/list", "result"), ("prompts/list", -32601)):
+        async with http_session.post(
+            embedded.url, data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": method}), headers=plain
+        ) as answer:
+            body = await answer.json()
+        assert answer.status == 200, body
+        assert (
+            (body["result"] == {"resourceTemplates": []}) if expected == "result" else body["error"]["code"] == expected
+        )
 
 
 async def wait_for_hidden_task(embedded: Embedded, not_in: set[str] | None = None) -> str:
@@ -250,3 +335,25 @@ async def test_the_modern_sdk_still_negotiates_the_modern_era(embedded: Embedded
         with pytest.raises(MCPError) as raised:
             await client.call_tool("no_such_tool", {})
     assert "unknown tool 'no_such_tool'" in str(raised.value), "a legacy error reaches the caller as JSON-RPC"
+
+
+async def test_a_stopping_server_ends_open_legacy_calls_and_cancels_their_work(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Shutdown does not wait for a legacy call to end by itself: the call gets a -32603 saying to call
+    again, and its hidden task is cancelled (nobody could read its result)."""
+    server, web_runner = await start_embedded(server_settings(tmp_path))
+    response, queue, pump = await open_call(http_session, server.url, 21, "sleeper", {"seconds": 60})
+    try:
+        task_id = await wait_for_hidden_task(server)
+        started = asyncio.get_running_loop().time()
+        await web_runner.cleanup()
+        assert asyncio.get_running_loop().time() - started < 8
+        final = await asyncio.wait_for(queue.get(), 5)
+        assert final["id"] == 21 and "shutting down" in final["error"]["message"]
+    finally:
+        pump.cancel()
+        response.close()
+    async with SqliteTaskStore(tmp_path / "tasks.sqlite3") as store:
+        record = await store.get(task_id)
+    assert record.cancel_requested_at is not None

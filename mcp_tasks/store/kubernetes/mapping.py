@@ -137,6 +137,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         created_at=created_at,
         last_updated_at=max(moments),
         ttl_ms=status.ttl_ms or spec.ttl_ms,
+        retention_ms=spec.ttl_ms,
         poll_interval_ms=spec.poll_interval_ms,
         status_message=status.status_message,
         input_requests=pending,

@@ -66,6 +66,7 @@ def _encode_body(record: TaskRecord) -> str:
         "result": record.result,
         "error": record.error,
         "attempt": record.attempt,
+        "retentionMs": record.retention_ms,
         "leaseProcess": None
         if record.lease is None or record.lease.process is None
         else _process_json(record.lease.process),
@@ -121,6 +122,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         if holder is None
         else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp), process=_process_of(data.get("leaseProcess"))),
         attempt=data.get("attempt", 0),
+        retention_ms=data.get("retentionMs"),
         version=str(version),
     )
 
