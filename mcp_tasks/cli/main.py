@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -13,30 +12,16 @@ from pathlib import Path
 
 from mcp_tasks import __version__
 from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, settings_table, validate
+from mcp_tasks.observability.logs import JsonFormatter, TaskFields
 from mcp_tasks.tasks.errors import InvalidToolManifest
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key in ("taskId", "tool", "tenant", "method"):
-            if key in record.__dict__:
-                entry[key] = record.__dict__[key]
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
 
 
 def _configure_logging(level: str, as_json: bool) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(
-        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(TaskFields())
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 

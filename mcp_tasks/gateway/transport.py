@@ -24,6 +24,7 @@ from mcp_tasks.gateway import dispatch, legacy, listen
 from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KEY, json_response
+from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import (
     InternalError,
@@ -295,6 +296,9 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             request.headers, message, accept_missing_task_name=settings.accept_missing_name_header
         )
         ctx = RequestContext(message, envelope, owner, request.headers, services, client_gone(request))
+        task_id = message.params.get("taskId")
+        if message.method in constants.TASK_METHODS and isinstance(task_id, str):
+            bind_task(task_id[:64])  # this request's log lines are about that task
         if message.method == constants.METHOD_SUBSCRIPTIONS_LISTEN:
             return await listen.listen(request, ctx)
         found = dispatch.route(message.method)

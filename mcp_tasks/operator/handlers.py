@@ -15,6 +15,8 @@ from typing import Any
 
 import kopf
 
+from mcp_tasks.observability.logs import task_context
+from mcp_tasks.operator.jobs import TASK_ID_LABEL
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.store.kubernetes.resources import GROUP, MANAGED_BY, MANAGED_BY_LABEL, TASK_PLURAL, VERSION
 
@@ -51,15 +53,23 @@ def build_registry(
 
     @kopf.on.event(GROUP, VERSION, TASK_PLURAL, registry=registry)
     async def task_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # kopf's name
-        await reconciler.task_event(type or "ADDED", dict(body))
+        with task_context(str(body.get("metadata", {}).get("name")), body.get("spec", {}).get("tool")):
+            await reconciler.task_event(type or "ADDED", dict(body))
 
     @kopf.on.event("batch", "v1", "jobs", labels=TOOL_RUN_LABELS, registry=registry)
     async def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         if type != "DELETED":
-            await reconciler.job_event(dict(body))
+            with task_context(_task_of(body)):
+                await reconciler.job_event(dict(body))
 
     @kopf.on.event("", "v1", "pods", labels=TOOL_RUN_LABELS, registry=registry)
     async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        await reconciler.pod_event(type or "ADDED", dict(body))
+        with task_context(_task_of(body)):
+            await reconciler.pod_event(type or "ADDED", dict(body))
 
     return registry
+
+
+def _task_of(body: kopf.Body) -> str:
+    """The task id a Job or Pod of a tool run is labelled with (for the log lines about it)."""
+    return str((body.get("metadata", {}).get("labels") or {}).get(TASK_ID_LABEL, ""))

@@ -29,6 +29,7 @@ from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1Delete
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcp_tasks.observability import metrics
+from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.credentials import TaskExecutions
 from mcp_tasks.operator.events import TaskEvent
@@ -294,7 +295,8 @@ class Reconciler:
             pods_by_task.setdefault((pod["metadata"].get("labels") or {}).get(TASK_ID_LABEL, ""), []).append(pod)
         for record in running:
             try:
-                await self._sweep_task(record, now, jobs_by_task.get(record.task_id), pods_by_task)
+                with task_context(record.task_id, record.tool):
+                    await self._sweep_task(record, now, jobs_by_task.get(record.task_id), pods_by_task)
             except Exception:  # one broken task must not stop the sweep of the others
                 logger.exception("task %s: sweep failed; will retry", record.task_id)
 

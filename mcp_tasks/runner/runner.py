@@ -30,6 +30,7 @@ from typing import Final
 from aiohttp import web
 
 from mcp_tasks.observability import metrics
+from mcp_tasks.observability.logs import bind_task, task_context
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
@@ -338,7 +339,8 @@ class LocalRunner:
         for record in await self.store.list_runnable(self.clock(), capacity):
             if record.task_id in self._supervisors:
                 continue
-            claimed = await self._claim(record)
+            with task_context(record.task_id, record.tool):
+                claimed = await self._claim(record)
             if claimed is not None:
                 execution = self._task_execution(claimed, f"{claimed.task_id}.{claimed.attempt}")
                 self._supervisors[claimed.task_id] = asyncio.create_task(
@@ -393,6 +395,7 @@ class LocalRunner:
     # ---------------------------------------------------------------- one task
 
     async def _supervise(self, record: TaskRecord, adopted: LeaseProcess | None, execution: Execution) -> None:
+        bind_task(record.task_id, record.tool)  # this asyncio task's log lines are about this task
         tool = self.catalog.get_tool(record.tool)
         assert tool is not None  # _claim and _adopt checked
         try:

@@ -14,6 +14,7 @@ from typing import Final
 from aiohttp import web
 
 from mcp_tasks.observability import metrics
+from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import jsonrpc
 from mcp_tasks.protocol.errors import ParseError
 from mcp_tasks.runtime import contract
@@ -35,6 +36,7 @@ async def _execution(request: web.Request) -> Execution:
     execution = await request.app[EXECUTIONS_KEY].resolve(request.match_info["execution_id"], token)
     if execution is None:
         raise web.HTTPNotFound(text="unknown execution or wrong token")
+    bind_task(execution.task_id, execution.tool.name if execution.tool is not None else None)
     return execution
 
 
