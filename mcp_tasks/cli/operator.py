@@ -21,6 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mcp_tasks.cli.gateway import api_error, connect
 from mcp_tasks.cli.serve import start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
+from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
@@ -155,6 +156,7 @@ async def _sweep_forever(reconciler: Reconciler, interval_s: float) -> None:
     while True:
         try:
             await reconciler.sweep()
+            metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks.interfaces import Unfinished
 from mcp_tasks.tasks.record import TaskRecord
 
 _FAST: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -31,7 +33,9 @@ TRANSITIONS: Final = Counter(
     "mcptasks_task_transitions_total", "Writes that moved a task into a status", ["tool", "status"]
 )
 FINISHED: Final = Counter(
-    "mcptasks_tasks_finished_total", "Tasks that reached a terminal status", ["tool", "status", "tool_error"]
+    "mcptasks_tasks_finished_total",
+    "Tasks that reached a terminal status, by how they ended",
+    ["tool", "status", "reason"],
 )
 QUEUE_SECONDS: Final = Histogram(
     "mcptasks_task_queue_seconds", "From task creation to the first start of a run", ["tool"], buckets=_SLOW
@@ -43,6 +47,12 @@ INPUT_WAIT_SECONDS: Final = Histogram(
     "mcptasks_task_input_wait_seconds", "Time a task waited in input_required", ["tool"], buckets=_SLOW
 )
 TASKS: Final = Gauge("mcptasks_tasks", "Non-terminal tasks by status, as the executor's store sees them", ["status"])
+OLDEST_UNFINISHED: Final = Gauge(
+    "mcptasks_unfinished_task_max_age_seconds", "Age of the oldest non-terminal task (0 when there is none)"
+)
+SWEEP_TIMESTAMP: Final = Gauge(
+    "mcptasks_sweep_timestamp_seconds", "When the executor (runner or operator) last completed a sweep, Unix time"
+)
 RUNS_STARTED: Final = Counter("mcptasks_runs_started_total", "Runs started (local processes or Jobs)", ["tool"])
 JOBS_CREATED: Final = Counter("mcptasks_jobs_created_total", "Kubernetes Jobs created by the operator")
 JOBS_DELETED: Final = Counter("mcptasks_jobs_deleted_total", "Kubernetes Jobs deleted by the operator")
@@ -86,15 +96,19 @@ def record_write(before: TaskRecord | None, after: TaskRecord) -> None:
         waited = (after.last_updated_at - before.last_updated_at).total_seconds()
         INPUT_WAIT_SECONDS.labels(tool).observe(max(0.0, waited))
     if after.status.is_terminal:
-        tool_error = after.status is TaskStatus.COMPLETED and bool((after.result or {}).get("isError"))
-        FINISHED.labels(tool, after.status.value, "true" if tool_error else "false").inc()
+        FINISHED.labels(tool, after.status.value, after.finished_reason).inc()
         DURATION_SECONDS.labels(tool).observe(max(0.0, (after.last_updated_at - after.created_at).total_seconds()))
 
 
-def set_unfinished(counts: dict[str, int]) -> None:
-    """Set `mcptasks_tasks{status}` for every non-terminal status (absent statuses are 0)."""
+def swept(unfinished: Unfinished, now: datetime) -> None:
+    """After an executor's sweep: `mcptasks_tasks{status}` (absent statuses 0), the oldest task's age,
+    and the sweep's time.
+    """
     for status in _UNFINISHED:
-        TASKS.labels(status.value).set(counts.get(status.value, 0))
+        TASKS.labels(status.value).set(unfinished.counts.get(status.value, 0))
+    oldest = unfinished.oldest_created_at
+    OLDEST_UNFINISHED.set(0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+    SWEEP_TIMESTAMP.set(now.timestamp())
 
 
 def timed(store: str, operation: str) -> Callable[[], None]:

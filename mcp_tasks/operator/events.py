@@ -36,7 +36,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator.jobs import object_name
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.store.kubernetes.conditions import finished_reason
 from mcp_tasks.store.kubernetes.resources import GROUP, VERSION
 from mcp_tasks.store.kubernetes.store import KubernetesTaskStore
 from mcp_tasks.tasks.record import TaskRecord
@@ -73,7 +72,7 @@ def events_for(before: TaskRecord | None, after: TaskRecord) -> list[TaskEvent]:
         return [TaskEvent(after.task_id, "InputRequested", f"Waiting for input: {keys}", action="AskInput")]
     if not after.status.is_terminal:
         return []
-    reason = finished_reason(after)
+    reason = after.finished_reason
     note = after.status_message or after.status.value
     if after.status is TaskStatus.COMPLETED:
         kind: Literal["Normal", "Warning"] = "Warning" if reason == "ToolError" else "Normal"

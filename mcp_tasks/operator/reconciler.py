@@ -283,7 +283,6 @@ class Reconciler:
         for task_id in await self.store.delete_expired(now, 100):
             logger.info("task %s: expired; deleted", task_id)
             await self.artifacts.delete_task(task_id)
-        metrics.set_unfinished(await self.store.count_unfinished())
         running = list(await self.store.list_runnable(now, 10_000))  # no leases here: every unfinished task
         if not running:
             return

@@ -651,7 +651,7 @@ class LocalRunner:
         while True:
             try:
                 await self.sweep_expired(self.clock())
-                metrics.set_unfinished(await self.store.count_unfinished())
+                metrics.swept(await self.store.unfinished(), self.clock())
             except asyncio.CancelledError:
                 raise
             except StoreUnavailable as exc:

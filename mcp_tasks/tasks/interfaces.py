@@ -38,6 +38,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class Unfinished:
+    """Non-terminal tasks: counts by status value (`{"working": 3}`) and the oldest one's `created_at`."""
+
+    counts: dict[str, int]
+    oldest_created_at: datetime | None
+
+
 class TaskStore(Protocol):
     """Durable task records with compare-and-swap writes.
 
@@ -74,8 +82,8 @@ class TaskStore(Protocol):
         """Delete up to `limit` terminal tasks past `created_at + ttl_ms`; return their ids."""
         ...
 
-    async def count_unfinished(self) -> dict[str, int]:
-        """Non-terminal tasks by status value (`{"working": 3}`), cheaply (no record is decoded)."""
+    async def unfinished(self) -> Unfinished:
+        """How many non-terminal tasks there are by status, and the oldest one's creation, cheaply."""
         ...
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
@@ -220,6 +228,7 @@ __all__ = [
     "TaskStore",
     "ToolCatalog",
     "ToolExecutor",
+    "Unfinished",
     "WriteObserver",
     "add_write_observer",
     "notify_written",

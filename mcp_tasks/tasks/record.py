@@ -7,9 +7,10 @@ or ISO 8601 strings only at the wire (`to_wire_task`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
@@ -60,6 +61,10 @@ class Lease:
     process: LeaseProcess | None = None
 
 
+_REASON: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+"""What the Kubernetes API conventions allow as a `reason` (CamelCase, machine-readable)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     """One task, as stored.
@@ -98,6 +103,21 @@ class TaskRecord:
     attempt: int = 0
     retention_ms: int | None = None
     version: str = ""
+
+    @property
+    def finished_reason(self) -> str:
+        """How a terminal task ended, as one CamelCase word (Kubernetes condition and Event reason).
+
+        `Completed`, `ToolError` (completed with `isError: true`), `Cancelled`, or a failure's
+        `error.data.reason` (`StartTimeout`, `OutcomeUnknown`, ...; see `transitions.failing`), else `Failed`.
+        """
+        if self.status is TaskStatus.COMPLETED:
+            return "ToolError" if (self.result or {}).get("isError") else "Completed"
+        if self.status is TaskStatus.CANCELLED:
+            return "Cancelled"
+        data = (self.error or {}).get("data")
+        named = data.get("reason") if isinstance(data, dict) else None
+        return named if isinstance(named, str) and _REASON.match(named) else "Failed"
 
     @property
     def expires_at(self) -> datetime:

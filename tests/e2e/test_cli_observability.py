@@ -42,7 +42,7 @@ async def test_every_log_line_about_a_task_names_it_and_metrics_are_served(tmp_p
             samples = await scrape(session, f"http://127.0.0.1:{metrics_port}/metrics")
         assert value(samples, "mcptasks_tasks_created_total", tool="sleeper") == 1
         assert (
-            value(samples, "mcptasks_tasks_finished_total", tool="sleeper", status="completed", tool_error="false") == 1
+            value(samples, "mcptasks_tasks_finished_total", tool="sleeper", status="completed", reason="Completed") == 1
         )
     finally:
         process.terminate()

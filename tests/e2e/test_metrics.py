@@ -34,6 +34,8 @@ async def test_metrics_move_as_real_tasks_run(
     await asyncio.sleep(0.6)  # the runner's sweep (0.2 s here) sets the gauge of unfinished tasks
     during = await scrape(http_session, metrics_url)
     assert value(during, "mcptasks_tasks", status="working") >= 1
+    assert value(during, "mcptasks_unfinished_task_max_age_seconds") > 0
+    assert value(during, "mcptasks_sweep_timestamp_seconds") > 1.7e9
     await mcp.wait_status(task_id, "completed")
     assert (await mcp.call_tool("greet", {"name": "m"}, caps=PLAIN_CAPS)).status == 200
     assert (await mcp.call_tool("no_such_tool", {})).error["code"] == -32602
@@ -45,7 +47,7 @@ async def test_metrics_move_as_real_tasks_run(
     assert delta(after, before, "mcptasks_runs_started_total", tool="greet") == 1, "a synchronous run is a run"
     assert delta(after, before, "mcptasks_tasks_created_total", tool="greet") == 0, "and no task"
     assert (
-        delta(after, before, "mcptasks_tasks_finished_total", tool="sleeper", status="completed", tool_error="false")
+        delta(after, before, "mcptasks_tasks_finished_total", tool="sleeper", status="completed", reason="Completed")
         == 1
     )
     assert delta(after, before, "mcptasks_task_transitions_total", tool="sleeper", status="completed") == 1

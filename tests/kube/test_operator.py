@@ -71,7 +71,7 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
         samples = await scrape(session, f"http://127.0.0.1:{metrics_port}/metrics")
     assert value(samples, "mcptasks_jobs_created_total") == 1
     assert value(samples, "mcptasks_runs_started_total", tool="hello_world") == 1
-    finished = {"tool": "hello_world", "status": "completed", "tool_error": "false"}
+    finished = {"tool": "hello_world", "status": "completed", "reason": "Completed"}
     assert value(samples, "mcptasks_tasks_finished_total", **finished) == 1, "the result is written by the operator"
     assert value(samples, "mcptasks_worker_api_requests_total", route="/input-requests", code="200") == 1
     status_writes = {"store": "kubernetes", "operation": "replace_status"}

@@ -16,7 +16,6 @@ every condition carries the McpTask's `metadata.generation` as `observedGenerati
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -31,19 +30,6 @@ CONDITION_TYPES: Final = (CONDITION_STARTED, CONDITION_INPUT_REQUIRED, CONDITION
 
 MESSAGE_LIMIT: Final = 1000
 """Longest condition message written, in characters (the API allows 32768; a line in `describe`)."""
-_REASON: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-"""What the API conventions allow as a `reason` (CamelCase, machine-readable)."""
-
-
-def finished_reason(record: TaskRecord) -> str:
-    """How a terminal task ended, as a CamelCase reason: `Completed`, `ToolError`, `Cancelled`, or a failure's."""
-    if record.status is TaskStatus.COMPLETED:
-        return "ToolError" if (record.result or {}).get("isError") else "Completed"
-    if record.status is TaskStatus.CANCELLED:
-        return "Cancelled"
-    data = (record.error or {}).get("data")
-    named = data.get("reason") if isinstance(data, dict) else None
-    return named if isinstance(named, str) and _REASON.match(named) else "Failed"
 
 
 def _short(message: str | None) -> str:
@@ -73,7 +59,7 @@ def desired(record: TaskRecord) -> list[tuple[str, str, str, str]]:
         (
             CONDITION_FINISHED,
             "True" if finished else "False",
-            finished_reason(record) if finished else "Running",
+            record.finished_reason if finished else "Running",
             _short(record.status_message) if finished else "",
         ),
     ]

@@ -35,7 +35,7 @@ from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import Reflector
 from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
-from mcp_tasks.tasks.interfaces import Clock, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
@@ -343,14 +343,20 @@ class KubernetesTaskStore:
             "large results must be stored as artifacts"
         )
 
-    async def count_unfinished(self) -> dict[str, int]:
-        """Non-terminal McpTasks by `status.taskStatus`, from the cache (objects are not decoded)."""
+    async def unfinished(self) -> Unfinished:
+        """Non-terminal McpTasks by `status.taskStatus`, and the oldest `spec.createdAt`, from the cache
+        (objects are not decoded).
+        """
         counts: dict[str, int] = {}
+        oldest: str | None = None
         for entry in list(self._cache.values()):
             status = str((entry.obj.get("status") or {}).get("taskStatus") or TaskStatus.WORKING.value)
             if status in _UNFINISHED:
                 counts[status] = counts.get(status, 0) + 1
-        return counts
+                created = str((entry.obj.get("spec") or {}).get("createdAt") or "")
+                if created and (oldest is None or created < oldest):  # RFC 3339 UTC strings sort as times
+                    oldest = created
+        return Unfinished(counts, None if oldest is None else datetime.fromisoformat(oldest.replace("Z", "+00:00")))
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks with no live lease, oldest first (from the cache)."""

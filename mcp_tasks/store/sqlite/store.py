@@ -30,7 +30,7 @@ from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.ids import TaskId
-from mcp_tasks.tasks.interfaces import Clock, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
@@ -333,13 +333,16 @@ class SqliteTaskStore:
         """Wait for a task created by this process, or `timeout_s` seconds (other processes' are found by polling)."""
         await self._feed.wait_for_new_tasks(timeout_s)
 
-    async def count_unfinished(self) -> dict[str, int]:
-        """Non-terminal tasks by status (`{"working": 3, "input_required": 1}`), from the status column."""
+    async def unfinished(self) -> Unfinished:
+        """Non-terminal tasks by status and the oldest one's creation, from the columns (no body is read)."""
         with _backend("read"):
             rows = await self._r.execute_fetchall(
-                f"SELECT status, COUNT(*) FROM tasks WHERE status IN {_NON_TERMINAL} GROUP BY status"
+                f"SELECT status, COUNT(*), MIN(created_at_ms) FROM tasks WHERE status IN {_NON_TERMINAL} "
+                "GROUP BY status"
             )
-        return {str(status): int(count) for status, count in rows}
+        counts = {str(status): int(count) for status, count, _ in rows}
+        oldest = min((int(first) for _, _, first in rows), default=None)
+        return Unfinished(counts, None if oldest is None else from_epoch_ms(oldest))
 
     async def count(self) -> int:
         """Number of stored records (any status); for operators and benchmarks."""
