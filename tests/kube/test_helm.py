@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -24,6 +25,8 @@ from tests.conftest import REPO, McpHttp
 from tests.controlplane.cluster import ControlPlane
 from tests.helm import example_tools
 from tests.kube.conftest import sep_hello_world
+from tests.metrics import scrape
+from tests.metrics import value as sample
 
 CHARTS = REPO / "charts"
 CHART = CHARTS / "mcp-tasks"
@@ -118,6 +121,55 @@ def test_rendered_manifests_are_accepted_by_the_api_server(control_plane: Contro
     assert "mcptasks.mcptasks.io" in out
 
 
+def test_monitoring_templates_render_and_name_only_real_metrics(control_plane: ControlPlane) -> None:
+    """ServiceMonitor, PrometheusRule and the Grafana dashboard render, and every `mcptasks_*` series
+    their queries read is one the components export (a renamed metric would silently blank an alert)."""
+    rendered = helm_template(
+        control_plane,
+        "--set",
+        "auth.existingSecret=tokens",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.grafanaDashboard.enabled=true",
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
+    assert docs["ServiceMonitor"]["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    alerts = {rule["alert"]: rule["expr"] for rule in docs["PrometheusRule"]["spec"]["groups"][0]["rules"]}
+    assert set(alerts) == {
+        "McpTasksStuck",
+        "McpTasksFailing",
+        "McpTasksJobsNotStarting",
+        "McpTasksOperatorNotReconciling",
+    }
+    dashboard = json.loads(docs["ConfigMap"]["data"]["mcp-tasks.json"])
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    exported = exported_series()
+    used = set(re.findall(r"mcptasks_[a-z_]+", " ".join([*alerts.values(), *queries])))
+    assert used and used <= exported, used - exported
+    services = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc and doc["kind"] == "Service"]
+    assert all("metrics" in [port["name"] for port in svc["spec"]["ports"]] for svc in services)
+
+
+def exported_series() -> set[str]:
+    """Every series name the mcp-tasks metric families expose (`_total`; `_bucket`, `_sum`, `_count`)."""
+    from prometheus_client import REGISTRY
+
+    from mcp_tasks.observability import metrics  # defines the families
+
+    assert metrics.REQUESTS is not None
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        if not family.name.startswith("mcptasks_"):
+            continue
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
+        names |= {family.name + suffix for suffix in suffixes}
+    return names
+
+
 def test_every_value_is_documented_in_docs_kubernetes() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     docs = (REPO / "docs" / "kubernetes.md").read_text()
@@ -142,14 +194,19 @@ def test_the_users_ci_workflow_passes_actionlint(control_plane: ControlPlane) ->
 
 
 def gateway_urls(plane: ControlPlane, namespace: str, service: str) -> list[str]:
-    """`http://<pod address>:<port>/mcp` of every ready endpoint of the gateway Service.
+    """`http://<pod address>:<port>/mcp` of every ready endpoint of the gateway Service."""
+    return endpoint_urls(plane, namespace, service, "mcp", "/mcp")
+
+
+def endpoint_urls(plane: ControlPlane, namespace: str, service: str, port_name: str, path: str) -> list[str]:
+    """`http://<pod address>:<port><path>` of every ready endpoint of a Service's port `port_name`.
 
     Computed as the EndpointSlice controller would (Ready pods matching the selector, the named target
     port), since it refuses the process node's loopback pod addresses.
     """
     spec = json.loads(plane.kubectl("get", "service", service, "-n", namespace, "-o", "json"))["spec"]
     selector = ",".join(f"{key}={value}" for key, value in spec["selector"].items())
-    target = spec["ports"][0]["targetPort"]
+    target = next(port["targetPort"] for port in spec["ports"] if port["name"] == port_name)
     pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))["items"]
     urls: list[str] = []
     for pod in pods:
@@ -159,7 +216,7 @@ def gateway_urls(plane: ControlPlane, namespace: str, service: str) -> list[str]
             continue
         ports = {p.get("name"): p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
         port = ports[target] if isinstance(target, str) else target
-        urls.append(f"http://{pod['status']['podIP']}:{port}/mcp")
+        urls.append(f"http://{pod['status']['podIP']}:{port}{path}")
     return sorted(urls)
 
 
@@ -244,6 +301,16 @@ async def test_helm_install_upgrade_and_uninstall(control_plane: ControlPlane, t
         assert task["result"]["content"][0]["text"] == "Hello, Luca!"
         table = plane.kubectl("get", "mcptasks", "-n", namespace)
         assert task_id in table and "completed" in table
+
+        # Each component serves /metrics on the port the chart names `metrics` (on its Service too).
+        async def total(service: str, name: str, **labels: str) -> float:
+            urls = endpoint_urls(plane, namespace, service, "metrics", "/metrics")
+            assert urls, f"no ready metrics endpoint behind {service}"
+            return sum([sample(await scrape(session, url), name, **labels) for url in urls])
+
+        assert await total("r-mcp-tasks-operator", "mcptasks_jobs_created_total") >= 1
+        assert await total("r-mcp-tasks-operator", "mcptasks_runs_started_total", tool="hello_world") >= 1
+        assert await total("r-mcp-tasks-gateway", "mcptasks_requests_total", method="tools/call", code="ok") >= 1
 
         # A task waiting for input survives an upgrade that replaces every pod.
         waiting = await McpHttp(session, urls[0], TOKEN).start_task("hello_world")

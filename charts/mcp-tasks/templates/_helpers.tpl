@@ -64,3 +64,15 @@ runAsNonRoot: true
 capabilities: {drop: [ALL]}
 seccompProfile: {type: RuntimeDefault}
 {{- end -}}
+
+{{/* NetworkPolicy ingress rule admitting scrapers to the `metrics` port (nothing when metrics are off). */}}
+{{- define "mcp-tasks.metricsIngress" -}}
+{{- if .Values.metrics.port }}
+- ports:
+    - {port: metrics, protocol: TCP}
+  {{- with .Values.metrics.from }}
+  from:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end }}
