@@ -26,6 +26,7 @@ from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.operator.tool_status import write_tool_statuses
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.client import close_api_client
@@ -88,6 +89,7 @@ async def operator(settings: Settings) -> None:
     recorder: EventRecorder | None = None
     stop_observing: Callable[[], None] | None = None
     sweeping: asyncio.Task[None] | None = None
+    tool_statuses: asyncio.Task[None] | None = None
     try:
         try:
             await store.open()
@@ -122,6 +124,7 @@ async def operator(settings: Settings) -> None:
             flush=True,
         )
         metrics_runner = await start_metrics(settings, config.worker_host)
+        tool_statuses = asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status")
         sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
         connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
         registry = build_registry(reconciler, connection, config.peering)
@@ -135,10 +138,11 @@ async def operator(settings: Settings) -> None:
             stop_flag=stop,
         )
     finally:
-        if sweeping is not None:
-            sweeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeping
+        for background in (sweeping, tool_statuses):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         if web_runner is not None:
             await web_runner.cleanup()
         if metrics_runner is not None:

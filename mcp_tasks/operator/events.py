@@ -35,6 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator.jobs import object_name
+from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes.resources import GROUP, VERSION
 from mcp_tasks.store.kubernetes.store import KubernetesTaskStore
@@ -150,7 +151,7 @@ class EventRecorder:
             name, count, first = known
             patch = {"series": {"count": count + 1, "lastObservedTime": _micro_time(now)}}
             try:
-                await self._events.patch_namespaced_event(name, self._namespace, patch)
+                await self._events.patch_namespaced_event(name, self._namespace, patch, **MERGE_PATCH)
                 self._series[key] = (name, count + 1, first)
                 return
             except ApiException as exc:

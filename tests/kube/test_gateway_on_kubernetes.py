@@ -54,7 +54,7 @@ async def test_tools_list_follows_kubectl_apply_and_delete(
         while "added_later" in await names():
             await asyncio.sleep(0.1)
     table = control_plane.kubectl("get", "mcptools", "-n", namespace).splitlines()
-    assert table[0].split() == ["NAME", "TOOL", "IMAGE", "POLICY", "AGE"]
+    assert table[0].split() == ["NAME", "TOOL", "VALID", "IMAGE", "POLICY", "AGE"]
     assert any(
         line.split()[:4] == ["hello-world", "hello_world", "ghcr.io/mcp-tasks/examples:0.1.0", "required"]
         for line in table
@@ -75,6 +75,7 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
     """Structural-schema pruning silently drops undeclared fields: a fully populated record must come back whole."""
     store = KubernetesTaskStore(api_client, namespace)
     now = utc_now()
+    began = now - timedelta(seconds=90)  # running for 90 s: the keep-alive raises ttlMs to 90 s + 60 s
     created = await store.create(
         TaskRecord(
             task_id="f" * 32,  # type: ignore[arg-type]
@@ -82,8 +83,8 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
             tool="sleeper",
             arguments={"seconds": 1, "deep": {"list": [1, {"x": None}]}},
             status=TaskStatus.WORKING,
-            created_at=now,
-            last_updated_at=now,
+            created_at=began,
+            last_updated_at=began,
             ttl_ms=60_000,
             poll_interval_ms=250,
             pre_input_responses={"before": {"action": "accept", "content": {"name": "x"}}},
@@ -108,7 +109,8 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
     assert reread == cancelled
     assert reread.lease == Lease("worker-1", written.lease.expires_at if written.lease else now)
     assert reread.input_requests == {"r": ask} and reread.input_responses == {"q": {"action": "decline"}}
-    assert reread.issued_input_keys == ("q", "r") and reread.attempt == 1 and reread.ttl_ms == 120_000
+    assert reread.issued_input_keys == ("q", "r") and reread.attempt == 1 and reread.ttl_ms == 150_000
+    assert reread.retention_ms == 60_000, "retention is the ttlMs asked at creation (120 s offered, 60 s kept)"
     assert reread.pre_input_responses == created.pre_input_responses and reread.cancel_requested_by == "alice"
     assert reread.client_capabilities == {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}}
     assert answered.status is TaskStatus.INPUT_REQUIRED

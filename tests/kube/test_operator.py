@@ -14,8 +14,10 @@ from typing import Any
 
 import aiohttp
 import yaml
+from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.cli.settings import SettingsError
+from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
 from tests.metrics import scrape, value
@@ -376,3 +378,79 @@ async def test_a_local_runner_refuses_a_namespace_an_operator_serves(gateways: G
                 assert "an operator serves namespace" in str(exc)
                 return
             await asyncio.sleep(0.5)  # kopf announces itself in the peering object shortly after start
+
+
+TOOL_STATUS_CASES = """\
+apiVersion: mcptasks.io/v1alpha1
+kind: McpTool
+metadata: {name: bad-schema}
+spec:
+  name: bad_schema
+  description: Its inputSchema is no JSON Schema.
+  inputSchema: {type: object, properties: {a: {type: nonsense}}}
+  container: {image: example.org/x:1, command: [python, -c, "pass"]}
+---
+apiVersion: mcptasks.io/v1alpha1
+kind: McpTool
+metadata: {name: second-sleeper}
+spec:
+  name: sleeper
+  description: Declares a tool name another McpTool already has.
+  inputSchema: {type: object}
+  container: {image: example.org/x:1, command: [python, -c, "pass"]}
+"""
+
+
+async def test_the_operator_writes_each_mcptools_valid_condition(
+    operators: Operators, control_plane: ControlPlane, namespace: str
+) -> None:
+    """`kubectl get mcptools` says which tools are served and `describe` why not (API conventions)."""
+    await asyncio.sleep(1.1)  # creationTimestamp has 1 s resolution: the duplicate is the younger one
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=TOOL_STATUS_CASES)
+    operators.start()
+
+    def valid(name: str) -> dict[str, Any] | None:
+        tool = kube_json(control_plane, namespace, "mcptool", name)
+        found = [c for c in (tool.get("status") or {}).get("conditions", []) if c["type"] == "Valid"]
+        return found[0] if found else None
+
+    await until(lambda: all(valid(name) for name in ("bad-schema", "second-sleeper", "sleeper")))
+    bad, duplicate, good = valid("bad-schema"), valid("second-sleeper"), valid("sleeper")
+    assert bad is not None and duplicate is not None and good is not None
+    assert (bad["status"], bad["reason"]) == ("False", "InvalidManifest") and "inputSchema" in bad["message"]
+    assert (duplicate["status"], duplicate["reason"]) == ("False", "DuplicateName")
+    assert (good["status"], good["reason"], good["observedGeneration"]) == ("True", "Valid", 1)
+    table = control_plane.kubectl("get", "mcptools", "-n", namespace)
+    assert table.splitlines()[0].split()[:3] == ["NAME", "TOOL", "VALID"]
+    assert any(line.split()[:3] == ["bad-schema", "bad_schema", "False"] for line in table.splitlines())
+    since = good["lastTransitionTime"]
+    control_plane.kubectl(
+        "patch", "mcptool", "sleeper", "-n", namespace, "--type=merge", "-p", '{"spec":{"description":"Sleeps."}}'
+    )
+    await until(lambda: (valid("sleeper") or {}).get("observedGeneration") == 2)
+    assert valid("sleeper") == {**good, "observedGeneration": 2, "lastTransitionTime": since}
+
+
+async def test_a_repeated_event_becomes_a_series_not_a_second_event(
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+    api_client: ApiClient,
+) -> None:
+    """The same (task, reason, note) again updates the first Event's `series` (events.k8s.io/v1)."""
+    gateway = await gateways.start()
+    task_id = await client(http_session, gateway).start_task("sleeper", {"seconds": 30})
+    store = gateway.store
+    recorder = EventRecorder(api_client, namespace, store)
+    recorder.start()
+    try:
+        for _ in range(3):
+            recorder.emit(TaskEvent(task_id, "StartTimeout", "The tool's pod could not start", "Warning"))
+    finally:
+        await recorder.aclose()
+    events = events_of(control_plane, namespace, task_id)
+    assert len(events) == 1, events
+    assert events[0]["series"]["count"] == 3 and events[0]["type"] == "Warning"
+    task = get_object(control_plane, namespace, task_id)
+    assert task is not None and events[0]["regarding"]["uid"] == task["metadata"]["uid"]

@@ -4,13 +4,16 @@
 McpTool cannot stop a running gateway: it is left out and logged with the reason (the CRD schema
 already rejects most mistakes at `kubectl apply`). Two McpTools declaring the same tool name: the
 older one wins and the conflict is logged. Tools are listed sorted by name (a stable order for
-`tools/list` pagination).
+`tools/list` pagination). `verdicts()` says, per McpTool, whether it is served and why not (the
+operator writes it into the McpTool's `status.conditions`); `changed` is set after every rebuild.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -21,6 +24,21 @@ from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolVerdict:
+    """Whether one McpTool is served: `reason` is `Valid`, `InvalidManifest` or `DuplicateName`.
+
+    `generation` is the McpTool's `metadata.generation` the verdict is about; `conditions` what its
+    `status.conditions` hold now (to write only what changed).
+    """
+
+    valid: bool
+    reason: str
+    message: str
+    generation: int
+    conditions: list[JsonObject]
 
 
 class KubernetesToolCatalog:
@@ -38,6 +56,8 @@ class KubernetesToolCatalog:
         self._tools: dict[str, ToolSpec] = {}
         self._sorted: list[ToolSpec] = []
         self._reported: set[str] = set()  # problems already logged (a relist must not repeat them)
+        self._verdicts: dict[str, ToolVerdict] = {}
+        self.changed = asyncio.Event()
         self.reflector = Reflector(
             api_client,
             group=GROUP,
@@ -69,6 +89,10 @@ class KubernetesToolCatalog:
         """The tool named `name`, or `None`."""
         return self._tools.get(name)
 
+    def verdicts(self) -> dict[str, ToolVerdict]:
+        """McpTool object name → whether it is served and why not, as of the last rebuild."""
+        return self._verdicts
+
     def _replace_all(self, items: Sequence[JsonObject]) -> None:
         self._objects = {str(item["metadata"]["name"]): item for item in items}
         self._rebuild()
@@ -88,23 +112,36 @@ class KubernetesToolCatalog:
 
     def _rebuild(self) -> None:
         tools: dict[str, ToolSpec] = {}
+        verdicts: dict[str, ToolVerdict] = {}
         oldest_first = sorted(
             self._objects.values(),
             key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), str(o["metadata"]["name"])),
         )
         for obj in oldest_first:
-            source = f"mcptool/{obj['metadata']['name']} in namespace {self.namespace}"
+            name = str(obj["metadata"]["name"])
+            source = f"mcptool/{name} in namespace {self.namespace}"
+
+            def verdict(valid: bool, reason: str, message: str, obj: JsonObject = obj) -> ToolVerdict:
+                conditions = list((obj.get("status") or {}).get("conditions") or [])
+                return ToolVerdict(valid, reason, message, int(obj["metadata"].get("generation") or 1), conditions)
+
             try:
                 spec = parse_manifest(_manifest(obj), source=source)
             except InvalidToolManifest as exc:
                 self._report(f"skipping {exc}")
+                verdicts[name] = verdict(False, "InvalidManifest", str(exc))
                 continue
             if spec.name in tools:
-                self._report(f"skipping {source}: tool {spec.name!r} is already declared by {tools[spec.name].source}")
+                other = tools[spec.name].source
+                self._report(f"skipping {source}: tool {spec.name!r} is already declared by {other}")
+                verdicts[name] = verdict(False, "DuplicateName", f"tool {spec.name!r} is already declared by {other}")
                 continue
             tools[spec.name] = spec
+            verdicts[name] = verdict(True, "Valid", f"served as tool {spec.name!r}")
         self._tools = tools
         self._sorted = [tools[name] for name in sorted(tools)]
+        self._verdicts = verdicts
+        self.changed.set()
 
 
 def _manifest(obj: JsonObject) -> JsonObject:

@@ -31,6 +31,7 @@ from mcp_tasks.store.kubernetes.resources import (
     VERSION,
     McpTaskSpec,
     McpTaskStatus,
+    McpToolStatus,
 )
 from mcp_tasks.tasks.tools import ToolManifestSpec
 
@@ -228,15 +229,22 @@ def mcptool_crd() -> JsonObject:
     _at(spec, "inputSchema").update(
         {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}
     )
-    schema = _root("A tool that MCP clients may call; runs as a Job of `spec.container.image`.", spec, None)
+    status = structural_schema(McpToolStatus)
+    status["description"] = "Whether the gateways serve this tool, and why not; written by the operator."
+    tool_conditions = _at(status, "conditions")
+    tool_conditions["x-kubernetes-list-type"] = "map"
+    tool_conditions["x-kubernetes-list-map-keys"] = ["type"]
+    tool_conditions["maxItems"] = 8
+    schema = _root("A tool that MCP clients may call; runs as a Job of `spec.container.image`.", spec, status)
     columns = [
         _column("Tool", ".spec.name"),
+        _column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="served by the gateways"),
         _column("Image", ".spec.container.image"),
         _column("Policy", ".spec.execution.taskPolicy", description="taskPolicy: never|optional|required"),
         _column("Idempotent", ".spec.execution.idempotent", kind="boolean", priority=1),
         _column("Age", ".metadata.creationTimestamp", kind="date"),
     ]
-    return _definition(TOOL_KIND, TOOL_PLURAL, ["mcptl"], schema, columns, status=False)
+    return _definition(TOOL_KIND, TOOL_PLURAL, ["mcptl"], schema, columns, status=True)
 
 
 def kopf_peering_crds() -> list[JsonObject]:

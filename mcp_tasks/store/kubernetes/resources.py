@@ -108,6 +108,17 @@ class TaskCondition(_Resource):
     observed_generation: int = Field(0, alias="observedGeneration", ge=0)
 
 
+class McpToolStatus(_Resource):
+    """`status` of an McpTool, written by the operator: whether the gateways serve it, and why not.
+
+    One condition, `Valid`: `True` (reason `Valid`) when the manifest parses and its tool name is its
+    own; `False` with reason `InvalidManifest` (the message names the field) or `DuplicateName` (an
+    older McpTool declares the same tool name).
+    """
+
+    conditions: list[TaskCondition] = Field(default_factory=list)
+
+
 class McpTaskStatus(_Resource):
     """`status` of an McpTask: what the executor observed. Written only through the status subresource.
 
