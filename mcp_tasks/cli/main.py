@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mcp_tasks import __version__
 from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, settings_table, validate
+from mcp_tasks.observability import tracing
 from mcp_tasks.observability.logs import JsonFormatter, TaskFields
 from mcp_tasks.tasks.errors import InvalidToolManifest
 
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     from mcp_tasks.cli.serve import serve
 
     run = {"serve": serve, "gateway": gateway, "operator": operator}[args.command]
+    if tracing.configure(service_name=f"mcp-tasks-{args.command}"):
+        logging.getLogger("mcp_tasks.cli").info("OpenTelemetry traces on (OTEL_* variables)")
     try:
         asyncio.run(run(settings))
     except (InvalidToolManifest, SettingsError) as exc:

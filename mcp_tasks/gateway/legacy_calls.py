@@ -41,7 +41,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY
-from mcp_tasks.observability import metrics
+from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
 from mcp_tasks.protocol.jsonrpc import RequestId, error_response, notification, result_response
@@ -123,14 +123,18 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) ->
     fresh = transitions.new_task(mint_task_id(), ctx.owner, tool, arguments, services.clock())
     fresh = hidden(fresh)
     secret = services.settings.request_state_secret
-    for generation in range(GENERATIONS):
-        candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
-        try:
-            created = await services.store.create(candidate)
-        except VersionConflict:
-            continue
-        notify_written(None, created)
-        return created
+    meta = ctx.params.get("_meta")
+    client_trace = tracing.valid_traceparent(meta.get(tracing.META_TRACEPARENT) if isinstance(meta, dict) else None)
+    with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
+        fresh = dataclasses.replace(fresh, traceparent=traceparent)
+        for generation in range(GENERATIONS):
+            candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
+            try:
+                created = await services.store.create(candidate)
+            except VersionConflict:
+                continue
+            notify_written(None, created)
+            return created
     logger.info("legacy call %r: every derived task id is taken; notifications/cancelled cannot reach it", request_id)
     created = await services.store.create(fresh)
     notify_written(None, created)

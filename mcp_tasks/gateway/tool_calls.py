@@ -11,11 +11,13 @@ A legacy `params.task` is ignored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
 from mcp_tasks.gateway import request_state
 from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants, inputs
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
@@ -196,10 +198,12 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
         pre_input_responses=pre_input,
         client_capabilities=ctx.envelope.client_capabilities,
     )
-    try:
-        stored = await ctx.services.store.create(record)
-    except VersionConflict:  # the same final round again: hand back the task it already created
-        return ctx.complete((await ctx.services.store.get(task_id, ctx.owner)).to_created_result().to_wire())
+    client_trace = tracing.valid_traceparent(ctx.envelope.meta.get(tracing.META_TRACEPARENT))
+    with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
+        try:
+            stored = await ctx.services.store.create(dataclasses.replace(record, traceparent=traceparent))
+        except VersionConflict:  # the same final round again: hand back the task it already created
+            return ctx.complete((await ctx.services.store.get(task_id, ctx.owner)).to_created_result().to_wire())
     notify_written(None, stored)
     logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
     return ctx.complete(stored.to_created_result().to_wire())

@@ -96,4 +96,5 @@ class TaskExecutions:
             pre_input_responses=dict(record.pre_input_responses),
             execution_id=execution_id,
             token=token,
+            traceparent=record.traceparent,
         )

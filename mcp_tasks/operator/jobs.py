@@ -15,6 +15,7 @@ import hmac
 import math
 from typing import Any, Final
 
+from mcp_tasks.observability.tracing import ENV_TRACEPARENT
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
@@ -87,7 +88,9 @@ def build_secret(task: JsonObject, token: str, tool: str) -> JsonObject:
     }
 
 
-def build_job(task: JsonObject, tool: ToolSpec, settings: OperatorSettings) -> JsonObject:
+def build_job(
+    task: JsonObject, tool: ToolSpec, settings: OperatorSettings, traceparent: str | None = None
+) -> JsonObject:
     """The Job that runs `tool` for `task`.
 
     Raises:
@@ -104,6 +107,7 @@ def build_job(task: JsonObject, tool: ToolSpec, settings: OperatorSettings) -> J
         {"name": contract.ENV_WORKER_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_KEY}}},
         {"name": contract.ENV_TASK_ID, "value": task_id},
         *({"name": var.name, "value": var.value} for var in container_spec.env),
+        *([{"name": ENV_TRACEPARENT, "value": traceparent}] if traceparent else []),
     ]
     container: dict[str, Any] = {
         "name": "tool",

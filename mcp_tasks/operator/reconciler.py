@@ -28,7 +28,7 @@ from typing import Any, cast
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1DeleteOptions
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcp_tasks.observability import metrics
+from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import observe
 from mcp_tasks.operator.credentials import TaskExecutions
@@ -41,6 +41,7 @@ from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, transact
 from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.operator")
 
@@ -150,8 +151,13 @@ class Reconciler:
                 "failed: tool not declared",
             )
             return
+        with tracing.span("mcp.task.job", record.traceparent, {"mcp.tool": tool.name}) as traceparent:
+            await self._create_job(record, task, tool, traceparent)
+
+    async def _create_job(self, record: TaskRecord, task: JsonObject, tool: ToolSpec, traceparent: str | None) -> None:
+        """Create the task's Secret and Job (idempotent: an existing one is kept) and start its attempt."""
         try:
-            job = build_job(task, tool, self.settings)
+            job = build_job(task, tool, self.settings, traceparent)
         except ValueError as exc:
             await self._change(record.task_id, transitions.failing(str(exc), "InvalidTool"), "failed: no image")
             return

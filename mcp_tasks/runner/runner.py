@@ -29,7 +29,7 @@ from typing import Final
 
 from aiohttp import web
 
-from mcp_tasks.observability import metrics
+from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import bind_task, task_context
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
@@ -416,6 +416,14 @@ class LocalRunner:
     async def _run_task(
         self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
     ) -> None:
+        attributes = {"mcp.tool": tool.name, "mcp.task.id": record.task_id, "mcp.task.attempt": record.attempt}
+        with tracing.span("mcp.task.run", record.traceparent, attributes) as traceparent:
+            execution.traceparent = traceparent
+            await self._run_process(record, tool, execution, adopted)
+
+    async def _run_process(
+        self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
+    ) -> None:
         log_path = self._runs_dir / f"{execution.execution_id}.stderr"
         if adopted is not None:
             process = ToolProcess.adopt(tool, adopted.pid, adopted.identity, log_path)
@@ -587,11 +595,14 @@ class LocalRunner:
                 logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
 
     def _contract_env(self, execution: Execution) -> dict[str, str]:
-        return {
+        env = {
             contract.ENV_WORKER_URL: f"{self._base_url}/{execution.execution_id}",
             contract.ENV_WORKER_TOKEN: execution.token,
             contract.ENV_TASK_ID: execution.task_id or "",
         }
+        if execution.traceparent is not None:
+            env[tracing.ENV_TRACEPARENT] = execution.traceparent  # the tool's own spans join the trace
+        return env
 
     # ---------------------------------------------------------------- synchronous runs
 

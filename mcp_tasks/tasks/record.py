@@ -102,6 +102,7 @@ class TaskRecord:
     lease: Lease | None = None
     attempt: int = 0
     retention_ms: int | None = None
+    traceparent: str | None = None
     version: str = ""
 
     @property

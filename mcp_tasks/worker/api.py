@@ -8,12 +8,13 @@ semantics live in `WorkerChannel` (worker.channel); this module only speaks HTTP
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
 
-from mcp_tasks.observability import metrics
+from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import jsonrpc
 from mcp_tasks.protocol.errors import ParseError
@@ -26,6 +27,7 @@ logger = logging.getLogger("mcp_tasks.worker")
 
 EXECUTIONS_KEY: Final = web.AppKey("executions", ExecutionLookup)
 CHANNEL_KEY: Final = web.AppKey("channel", WorkerChannel)
+EXECUTION_KEY: Final = web.RequestKey("execution", Execution)
 ON_STARTED_KEY: Final[web.AppKey[Callable[[Execution], None]]] = web.AppKey("on_started")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -37,6 +39,7 @@ async def _execution(request: web.Request) -> Execution:
     if execution is None:
         raise web.HTTPNotFound(text="unknown execution or wrong token")
     bind_task(execution.task_id, execution.tool.name if execution.tool is not None else None)
+    request[EXECUTION_KEY] = execution
     return execution
 
 
@@ -149,12 +152,19 @@ async def _metered(request: web.Request, handler: Handler) -> web.StreamResponse
     """Count worker API calls by route template (bounded: no execution id) and HTTP status."""
     resource = request.match_info.route.resource
     route = resource.canonical.removeprefix("/v1/executions/{execution_id}") if resource is not None else "other"
+    started = time.time_ns()
+    status = 500
     try:
         response = await handler(request)
+        status = response.status
     except web.HTTPException as exc:
-        metrics.WORKER_API.labels(route or "/", str(exc.status)).inc()
+        status = exc.status
         raise
-    metrics.WORKER_API.labels(route or "/", str(response.status)).inc()
+    finally:
+        metrics.WORKER_API.labels(route or "/", str(status)).inc()
+        execution = request.get(EXECUTION_KEY)
+        if execution is not None and execution.traceparent is not None:
+            tracing.record_span(f"mcp.worker {route}", execution.traceparent, started, {"http.status_code": status})
     return response
 
 

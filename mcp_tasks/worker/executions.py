@@ -50,6 +50,7 @@ class Execution:
     pre_input_responses: JsonObject = field(default_factory=dict)
     execution_id: str = field(default_factory=lambda: secrets.token_hex(8))
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    traceparent: str | None = None
     outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def authorizes(self, presented: str) -> bool:

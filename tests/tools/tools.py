@@ -70,6 +70,12 @@ def ledger(ctx: ToolContext) -> str:
     return f"done {ctx.task_id}"
 
 
+def traced(ctx: ToolContext) -> str:
+    """Reports the W3C trace context its run was started with (empty without tracing)."""
+    ctx.report("looking at my environment")
+    return os.environ.get("TRACEPARENT", "")
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
@@ -82,6 +88,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "confirmed": confirmed,
     "forker": forker,
     "ledger": ledger,
+    "traced": traced,
 }
 
 

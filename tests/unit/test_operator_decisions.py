@@ -44,6 +44,14 @@ def test_a_job_runs_the_image_with_the_runtime_contract_and_least_privilege() ->
     assert spec["template"]["metadata"]["labels"]["mcptasks.io/task-id"] == "a" * 32
 
 
+def test_a_traced_task_passes_its_trace_context_to_the_pod() -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    traced = build_job(TASK, tool(), OperatorSettings(), parent)["spec"]["template"]["spec"]["containers"][0]["env"]
+    plain = build_job(TASK, tool(), OperatorSettings())["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "TRACEPARENT", "value": parent} in traced
+    assert "TRACEPARENT" not in [item["name"] for item in plain]
+
+
 def test_only_idempotent_tools_are_retried() -> None:
     settings = OperatorSettings(idempotent_retries=4)
     assert build_job(TASK, tool(idempotent=True), settings)["spec"]["backoffLimit"] == 4

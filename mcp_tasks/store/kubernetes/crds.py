@@ -173,6 +173,7 @@ def mcptask_crd() -> JsonObject:
         "pollIntervalMs",
         "preInputResponses",
         "clientCapabilities",
+        "traceparent",
     ):
         _at(spec, name)["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": f"{name} is immutable"}]
     spec["x-kubernetes-validations"] = [

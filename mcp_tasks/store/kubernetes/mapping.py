@@ -65,6 +65,7 @@ def spec_for_new(record: TaskRecord) -> McpTaskSpec:
         poll_interval_ms=record.poll_interval_ms,
         pre_input_responses=record.pre_input_responses,
         client_capabilities=record.client_capabilities,
+        traceparent=record.traceparent,
         input_responses=record.input_responses,
         cancel_requested=record.cancel_requested_at is not None,
         cancel_requested_at=_opt_iso(record.cancel_requested_at),
@@ -145,6 +146,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         input_responses=unconsumed,
         pre_input_responses=spec.pre_input_responses,
         client_capabilities=spec.client_capabilities,
+        traceparent=spec.traceparent,
         cancel_requested_at=(_opt_time(spec.cancel_requested_at) or created_at) if spec.cancel_requested else None,
         cancel_requested_by=spec.cancel_requested_by,
         result=status.result,
@@ -193,7 +195,7 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
     status = parse_status(obj)
     fixed = spec_for_new(record)
     fixed_at_creation = ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses")
-    for name in (*fixed_at_creation, "client_capabilities"):
+    for name in (*fixed_at_creation, "client_capabilities", "traceparent"):
         if getattr(fixed, name) != getattr(spec, name):
             raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
 

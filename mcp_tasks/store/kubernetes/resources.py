@@ -63,6 +63,10 @@ class TaskOwner(_Resource):
     subject: str = Field(min_length=1)
 
 
+TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+"""A W3C `traceparent` (trace-context §3.2)."""
+
+
 class McpTaskSpec(_Resource):
     """`spec` of an McpTask: what the client asked for. Written by the gateway only.
 
@@ -78,6 +82,8 @@ class McpTaskSpec(_Resource):
     ttl_ms: int = Field(alias="ttlMs", gt=0)
     """Retention requested at creation, in ms from `createdAt` (the executor may raise it in `status.ttlMs`)."""
     poll_interval_ms: int = Field(alias="pollIntervalMs", gt=0)
+    traceparent: str | None = Field(None, max_length=55, pattern=TRACEPARENT_PATTERN)
+    """W3C trace context of the creating `tools/call` (optional tracing; docs/operations.md §Tracing)."""
     pre_input_responses: dict[str, JsonObject] = Field(default_factory=dict, alias="preInputResponses")
     client_capabilities: JsonObject | None = Field(None, alias="clientCapabilities")
     """The creating request's input capabilities (`elicitation`, `sampling`, `roots`); fixed at creation."""

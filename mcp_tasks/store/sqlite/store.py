@@ -67,6 +67,7 @@ def _encode_body(record: TaskRecord) -> str:
         "error": record.error,
         "attempt": record.attempt,
         "retentionMs": record.retention_ms,
+        "traceparent": record.traceparent,
         "leaseProcess": None
         if record.lease is None or record.lease.process is None
         else _process_json(record.lease.process),
@@ -123,6 +124,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         else Lease(holder=holder, expires_at=from_epoch_ms(lease_exp), process=_process_of(data.get("leaseProcess"))),
         attempt=data.get("attempt", 0),
         retention_ms=data.get("retentionMs"),
+        traceparent=data.get("traceparent"),
         version=str(version),
     )
 
