@@ -137,7 +137,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
     artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
     runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None
-    executor: ToolExecutor = runner if runner is not None else TaskBackedExecutor(store, utc_now)
+    executor: ToolExecutor = (
+        runner if runner is not None else TaskBackedExecutor(store, utc_now, settings.gateway.caller_watch_s)
+    )
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
     )

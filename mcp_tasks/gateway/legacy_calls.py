@@ -48,7 +48,7 @@ from mcp_tasks.protocol.jsonrpc import RequestId, error_response, notification, 
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
-from mcp_tasks.tasks.inline import call_outcome, hidden
+from mcp_tasks.tasks.inline import call_outcome, hidden, keep_watching
 from mcp_tasks.tasks.interfaces import notify_written, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -121,7 +121,7 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) ->
     request_id = ctx.message.request_id
     assert request_id is not None  # notifications never reach a call
     fresh = transitions.new_task(mint_task_id(), ctx.owner, tool, arguments, services.clock())
-    fresh = hidden(fresh)
+    fresh = hidden(fresh, services.settings.caller_watch_s)
     secret = services.settings.request_state_secret
     meta = ctx.params.get("_meta")
     client_trace = tracing.valid_traceparent(meta.get(tracing.META_TRACEPARENT) if isinstance(meta, dict) else None)
@@ -276,7 +276,9 @@ async def _follow(
                 "call without the tasks extension stays open; connect with MCP 2026-07-28 and the "
                 f"{constants.TASKS_EXTENSION} extension to run it as a task"
             )
-        if await _changed_or_stopping(request, services, record.task_id, min(remaining, settings.listen_keepalive_s)):
+        await keep_watching(services.store, record, services.clock(), settings.caller_watch_s)
+        wait_s = min(remaining, settings.listen_keepalive_s, settings.caller_watch_s / 4)
+        if await _changed_or_stopping(request, services, record.task_id, wait_s):
             await _request_cancel(services, record.task_id, "the server is shutting down")
             raise _ServerStopping(record.task_id)
         if clock() - last_write >= settings.listen_keepalive_s:

@@ -32,6 +32,9 @@ class GatewaySettings:
             (default 600). Such a client cannot poll a task, so its call is a stream; after this long the
             hidden task is cancelled and the call ends with an `isError` result that says to connect
             with the tasks extension.
+        caller_watch_s: how long a hidden task (a synchronous call on Kubernetes, any legacy-era call) is
+            watched ahead by the gateway waiting for it, in seconds (default 30; renewed every half of
+            it). If that gateway dies, the executor cancels the task once the watch lapses.
         accept_missing_name_header: accept `tasks/get`, `tasks/update` and `tasks/cancel` without the
             `Mcp-Name` header (default false: -32020 naming the header to add, as SEP-2243 asks). For
             clients that omit it (fastmcp-tasks 4.1); a header that differs from the body is always refused.
@@ -51,4 +54,5 @@ class GatewaySettings:
     listen_max_task_ids: int = 100
     listen_keepalive_s: float = 15.0
     legacy_call_timeout_s: float = 600.0
+    caller_watch_s: float = 30.0
     accept_missing_name_header: bool = False

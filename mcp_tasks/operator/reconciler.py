@@ -182,8 +182,8 @@ class Reconciler:
         await self._change(record.task_id, lambda r, now: transitions.start_attempt(r), "run started")
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
 
-    async def cancel(self, record: TaskRecord) -> None:
-        """Delete the task's Job (background propagation); record `cancelled` once no pod runs."""
+    async def cancel(self, record: TaskRecord, why: str | None = None) -> None:
+        """Delete the task's Job (background propagation); record `cancelled` (saying `why`) once no pod runs."""
         try:
             await self.batch.delete_namespaced_job(
                 object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
@@ -194,7 +194,7 @@ class Reconciler:
             if exc.status != 404:
                 raise
         if not any(observe.is_running(pod) for pod in await self._pods(record.task_id)):
-            why = (
+            why = why or (
                 "Cancelled at the client's request"
                 if record.cancel_requested_by
                 else "Cancelled by an administrator (spec.cancelRequested set on the McpTask)"
@@ -309,6 +309,10 @@ class Reconciler:
         self, record: TaskRecord, now: datetime, job: JsonObject | None, pods_by_task: dict[str, list[JsonObject]]
     ) -> None:
         await self._keep_alive(record, now)
+        if transitions.is_abandoned(record, now):  # a hidden task whose waiting gateway died: stop it
+            logger.warning("task %s: its caller is gone; cancelling it", record.task_id)
+            await self.cancel(record, transitions.ABANDONED_MESSAGE)  # again each sweep until no pod runs
+            return
         if record.cancel_requested_at is not None:
             await self.cancel(record)
             return

@@ -368,10 +368,15 @@ class LocalRunner:
                 running is not None
                 and tool is not None
                 and record.cancel_requested_at is None
+                and not transitions.is_abandoned(record, now)
                 and await self._adopt(record, tool, running) is not None
             ):
                 return None  # supervised by _adopt
             await self._stop_orphan(record, tool)
+            if transitions.is_abandoned(record, now):  # a hidden task whose caller died with the last runner
+                logger.warning("task %s: its caller is gone; cancelled instead of run", record.task_id)
+                await self._write(record, transitions.cancel(record, now, transitions.ABANDONED_MESSAGE))
+                return None
             if record.cancel_requested_at is not None:
                 await self._write(record, transitions.cancel(record, now))
                 return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from datetime import datetime, timedelta
+from typing import Final
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
@@ -30,10 +32,30 @@ INLINE_TTL_MS = 60_000
 """Retention of a synchronous call's hidden task after it finishes, in ms (nobody reads it afterwards)."""
 
 
-def hidden(record: TaskRecord) -> TaskRecord:
-    """`record` as a task its client never sees: kept `INLINE_TTL_MS` after it finishes, not its tool's TTL."""
+WATCH_S: Final = 30.0
+"""Default of `caller_watch_s`: a hidden task's `watched_until` lies this far ahead of its last renewal."""
+
+
+def hidden(record: TaskRecord, watch_s: float = WATCH_S) -> TaskRecord:
+    """`record` as a task its client never sees: kept `INLINE_TTL_MS` after it finishes (not its tool's
+    TTL), and watched by its caller `watch_s` seconds at a time (`watched_until`, renewed by
+    `keep_watching`), so an executor cancels it once the caller is gone.
+    """
     retention_ms = min(record.ttl_ms, INLINE_TTL_MS)
-    return dataclasses.replace(record, ttl_ms=retention_ms, retention_ms=retention_ms)
+    until = record.created_at + timedelta(seconds=watch_s)
+    return dataclasses.replace(record, ttl_ms=retention_ms, retention_ms=retention_ms, watched_until=until)
+
+
+async def keep_watching(store: TaskStore, record: TaskRecord, now: datetime, watch_s: float = WATCH_S) -> TaskRecord:
+    """Renew `record.watched_until` once half of `watch_s` (seconds) has passed; return the record as it is."""
+    if record.watched_until is None or record.watched_until - now > timedelta(seconds=watch_s / 2):
+        return record
+    until = now + timedelta(seconds=watch_s)
+    try:
+        renewed, _ = await transact(store, record.task_id, lambda r: (transitions.watch(r, until), None))
+    except TaskNotFound:
+        return record
+    return renewed
 
 
 class TaskBackedExecutor:
@@ -42,11 +64,13 @@ class TaskBackedExecutor:
     Args:
         store: the task store the deployment's executor watches.
         clock: UTC clock.
+        watch_s: how far ahead each hidden task is watched, in seconds (`GatewaySettings.caller_watch_s`).
     """
 
-    def __init__(self, store: TaskStore, clock: Clock) -> None:
+    def __init__(self, store: TaskStore, clock: Clock, watch_s: float = WATCH_S) -> None:
         self.store = store
         self.clock = clock
+        self.watch_s = watch_s
 
     async def run_inline(
         self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
@@ -58,7 +82,7 @@ class TaskBackedExecutor:
             TimeoutError: it did not finish in time (the task is cancelled).
         """
         fresh = transitions.new_task(mint_task_id(), owner, tool, arguments, self.clock(), pre_input_responses)
-        record = await self.store.create(hidden(fresh))
+        record = await self.store.create(hidden(fresh, self.watch_s))
         notify_written(None, record)
         try:
             return await self._await(record, tool)
@@ -84,6 +108,7 @@ class TaskBackedExecutor:
             if remaining <= 0:
                 await self._cancel(record, f"exceeded the synchronous wait of {tool.execution.sync_timeout_seconds:g}s")
                 raise TimeoutError(tool.name)
+            await keep_watching(self.store, record, self.clock(), self.watch_s)
             await self.store.wait_for_change(min(remaining, 1.0), record.task_id)
 
     async def _cancel(self, record: TaskRecord, why: str) -> None:

@@ -103,6 +103,7 @@ class TaskRecord:
     attempt: int = 0
     retention_ms: int | None = None
     traceparent: str | None = None
+    watched_until: datetime | None = None
     version: str = ""
 
     @property

@@ -301,6 +301,23 @@ def take_input_responses(record: TaskRecord, keys: Iterable[str]) -> tuple[TaskR
     return dataclasses.replace(record, input_responses=remaining), taken
 
 
+def watch(record: TaskRecord, until: datetime) -> TaskRecord:
+    """Renew a hidden task's `watched_until` (its caller still waits); a terminal task is left as it is."""
+    if record.status.is_terminal or record.watched_until is None or record.watched_until >= until:
+        return record
+    return dataclasses.replace(record, watched_until=until)
+
+
+def is_abandoned(record: TaskRecord, now: datetime) -> bool:
+    """True for an unfinished hidden task whose caller stopped renewing `watched_until` (it crashed)."""
+    return not record.status.is_terminal and record.watched_until is not None and record.watched_until < now
+
+
+ABANDONED_MESSAGE: Final = (
+    "Cancelled: the call waiting for it ended (its gateway stopped), so nobody can read its result"
+)
+
+
 def set_status_message(record: TaskRecord, message: str | None, now: datetime) -> TaskRecord:
     """Set the human-readable `statusMessage` (progress for long work); status unchanged."""
     if record.status.is_terminal:

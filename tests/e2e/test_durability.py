@@ -16,6 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.sqlite import SqliteTaskStore
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
 
 
@@ -28,8 +30,9 @@ def free_port() -> int:
 class ServerProcess:
     """`mcptasks serve` in a child process on one data folder."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, **env: str) -> None:
         self.data_dir = data_dir
+        self.env = env
         self.process: asyncio.subprocess.Process | None = None
         self.port = 0
 
@@ -47,7 +50,7 @@ class ServerProcess:
         ]
         for folder in TOOL_DIRS:
             args += ["--tools", str(folder)]
-        env = {**os.environ, "MCPTASKS_LEASE_DURATION_S": "1.5", "MCPTASKS_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "MCPTASKS_LEASE_DURATION_S": "1.5", "MCPTASKS_LOG_LEVEL": "WARNING", **self.env}
         self.process = await asyncio.create_subprocess_exec(*args, cwd=REPO, env=env)
         url = f"http://127.0.0.1:{self.port}"
         async with aiohttp.ClientSession() as session, asyncio.timeout(15):
@@ -183,3 +186,54 @@ async def test_finished_tasks_and_pending_input_survive_a_restart(
 
 
 has_status_message: Callable[[dict[str, object]], bool] = lambda task: "statusMessage" in task  # noqa: E731
+
+
+async def test_a_legacy_call_whose_server_died_is_cancelled_not_adopted_on_restart(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """A hidden task is watched by the call waiting for it (`caller_watch_s`). After kill -9 of the server
+    nobody can read its result, so the restarted runner cancels it, and stops its orphaned tool process,
+    instead of adopting it or running it again (an idempotent tool would be)."""
+    server = ServerProcess(tmp_path / "data", MCPTASKS_CALLER_WATCH_S="2")
+    try:
+        url = await server.start()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "sleeper_idempotent", "arguments": {"seconds": 60}},
+        }
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        response = await http_session.post(url, json=body, headers=headers)
+        assert response.content_type == "text/event-stream"
+        task_id = ""
+        async with asyncio.timeout(15):
+            while not task_id:
+                async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
+                    rows = list(await store._r.execute_fetchall("SELECT task_id FROM tasks"))
+                task_id = str(rows[0][0]) if rows else ""
+                await asyncio.sleep(0.1)
+            while not tool_pids(task_id):
+                await asyncio.sleep(0.1)
+        await server.kill()
+        response.close()
+        await asyncio.sleep(2.5)  # the watch lapses with nobody to renew it
+        url = await server.start()
+        async with asyncio.timeout(20):
+            while True:
+                async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
+                    record = await store.get(task_id)
+                if record.status.is_terminal:
+                    break
+                await asyncio.sleep(0.2)
+        assert record.status is TaskStatus.CANCELLED and "nobody can read its result" in (record.status_message or "")
+        assert record.attempt == 1, "not run again"
+        async with asyncio.timeout(10):
+            while tool_pids(task_id):
+                await asyncio.sleep(0.1)
+    finally:
+        await server.stop()

@@ -237,11 +237,13 @@ async def test_an_ambiguous_cancellation_is_ignored_and_a_disconnect_still_cance
     """Without sessions, two live calls of one principal may share a JSON-RPC id (ids restart with each
     connection): `notifications/cancelled` then stops neither, rather than maybe the wrong one. A client
     that goes away mid-call always stops its own call."""
-    first, _, pump_a = await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30})
-    second, _, pump_b = await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30})
+    opened = []
     try:
-        a = await wait_for_hidden_task(embedded)
+        opened.append(await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30}))
+        a = await wait_for_hidden_task(embedded)  # the first call's task, before the second exists
+        opened.append(await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30}))
         b = await wait_for_hidden_task(embedded, not_in={a})
+        first, _, pump_a = opened[0]
         await cancel_notification(http_session, embedded.url, 12)
         await asyncio.sleep(1.0)
         assert [await status_of(embedded, a), await status_of(embedded, b)] == [TaskStatus.WORKING] * 2
@@ -250,7 +252,7 @@ async def test_an_ambiguous_cancellation_is_ignored_and_a_disconnect_still_cance
         assert await until_terminal(embedded, a) is TaskStatus.CANCELLED
         assert await status_of(embedded, b) is TaskStatus.WORKING
     finally:
-        for pump, response in ((pump_a, first), (pump_b, second)):
+        for response, _, pump in opened:
             pump.cancel()
             response.close()
     assert await until_terminal(embedded, b) is TaskStatus.CANCELLED

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,11 @@ from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.cli.settings import SettingsError
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.inline import hidden
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.owner import Owner
 from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
 from tests.metrics import scrape, value
@@ -454,3 +460,22 @@ async def test_a_repeated_event_becomes_a_series_not_a_second_event(
     assert events[0]["series"]["count"] == 3 and events[0]["type"] == "Warning"
     task = get_object(control_plane, namespace, task_id)
     assert task is not None and events[0]["regarding"]["uid"] == task["metadata"]["uid"]
+
+
+async def test_a_hidden_task_whose_gateway_stopped_watching_is_cancelled_by_the_operator(
+    gateways: Gateways, operators: Operators, control_plane: ControlPlane, namespace: str
+) -> None:
+    """A synchronous or legacy-era call's hidden task is watched by the gateway waiting for it; when that
+    gateway dies its watch lapses, and the operator stops the Job rather than run it for nobody."""
+    operators.start()
+    gateway = await gateways.start()
+    tool = gateway.services.catalog.get_tool("sleeper")
+    assert tool is not None
+    began = utc_now() - timedelta(seconds=10)
+    fresh = transitions.new_task(mint_task_id(), Owner("local", "local"), tool, {"seconds": 60}, began)
+    record = await gateway.store.create(hidden(fresh, watch_s=2))  # watched until 8 s ago: its caller is gone
+    async with asyncio.timeout(WAIT_S):
+        while not (done := await gateway.store.get(record.task_id)).status.is_terminal:
+            await asyncio.sleep(0.2)
+    assert done.status.value == "cancelled" and "nobody can read its result" in (done.status_message or "")
+    await until(lambda: not jobs_of(control_plane, namespace, record.task_id))

@@ -66,6 +66,7 @@ def spec_for_new(record: TaskRecord) -> McpTaskSpec:
         pre_input_responses=record.pre_input_responses,
         client_capabilities=record.client_capabilities,
         traceparent=record.traceparent,
+        watched_until=_opt_iso(record.watched_until),
         input_responses=record.input_responses,
         cancel_requested=record.cancel_requested_at is not None,
         cancel_requested_at=_opt_iso(record.cancel_requested_at),
@@ -147,6 +148,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         pre_input_responses=spec.pre_input_responses,
         client_capabilities=spec.client_capabilities,
         traceparent=spec.traceparent,
+        watched_until=_opt_time(spec.watched_until),
         cancel_requested_at=(_opt_time(spec.cancel_requested_at) or created_at) if spec.cancel_requested else None,
         cancel_requested_by=spec.cancel_requested_by,
         result=status.result,
@@ -205,6 +207,7 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         "last_answered_at": iso_ms(record.last_updated_at)
         if answers != spec.input_responses
         else spec.last_answered_at,
+        "watched_until": _opt_iso(record.watched_until),
     }
     if not spec.cancel_requested:  # a cancel request is one-way; one set by hand (kubectl) has no time or author
         update.update(

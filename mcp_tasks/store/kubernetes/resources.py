@@ -94,6 +94,8 @@ class McpTaskSpec(_Resource):
     cancel_requested: bool = Field(False, alias="cancelRequested")
     cancel_requested_at: str | None = Field(None, alias="cancelRequestedAt")
     cancel_requested_by: str | None = Field(None, alias="cancelRequestedBy")
+    watched_until: str | None = Field(None, alias="watchedUntil", json_schema_extra={"format": "date-time"})
+    """A hidden task's watch (renewed by the gateway whose call waits for it); past it the operator cancels."""
 
 
 class TaskLease(_Resource):

@@ -68,6 +68,7 @@ def _encode_body(record: TaskRecord) -> str:
         "attempt": record.attempt,
         "retentionMs": record.retention_ms,
         "traceparent": record.traceparent,
+        "watchedUntilMs": _ms(record.watched_until),
         "leaseProcess": None
         if record.lease is None or record.lease.process is None
         else _process_json(record.lease.process),
@@ -125,6 +126,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         attempt=data.get("attempt", 0),
         retention_ms=data.get("retentionMs"),
         traceparent=data.get("traceparent"),
+        watched_until=None if data.get("watchedUntilMs") is None else from_epoch_ms(data["watchedUntilMs"]),
         version=str(version),
     )
 
