@@ -120,7 +120,12 @@ def _initialize(ctx: RequestContext) -> JsonObject:
 
 
 async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamResponse | JsonObject:
-    """Legacy `tools/call`: quick tools run as a synchronous call does; others as a streamed hidden task."""
+    """Legacy `tools/call`: quick tools run as a synchronous call does; others as a streamed hidden task.
+
+    A tool with `inputBeforeTask` runs as a hidden task too: the legacy era has no pre-creation round,
+    so its tool's runtime asks those requests first, in-task, on the call's stream (`ToolContext.
+    collect_input_before_task`), and a declined one ends the call without the tool starting.
+    """
     name = ctx.params.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidParams("Invalid params: params.name (the tool name) is required")
@@ -134,11 +139,6 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
     problems = tool.argument_errors(arguments)
     if problems:
         return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))
-    if tool.manifest.input_before_task:
-        return error_result(
-            f"Tool {name!r} asks for confirmation before it starts (inputBeforeTask), which needs a multi-round "
-            "call; connect with MCP 2026-07-28 to use it"
-        )
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
             return dict(await tool_calls.run_inline(ctx, tool, arguments, {}))

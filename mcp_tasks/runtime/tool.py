@@ -89,6 +89,24 @@ class ToolContext:
         self.input_responses: Json = start.get("inputResponses") or {}
         self.task_id: str | None = start.get("taskId")
         self.attempt: int = int(start.get("attempt") or 1)
+        self._unanswered_before_task: Json = start.get("inputBeforeTask") or {}
+
+    def collect_input_before_task(self) -> str | None:
+        """Ask, in-task, the `inputBeforeTask` requests the task was created without; `run` calls it.
+
+        Only a legacy-era client's call starts so (it has no pre-creation round). Their answers join
+        `input_responses`, as if given before the task. Returns why the tool must not start (a request was
+        declined or cancelled, which never reaches the tool), else `None`.
+
+        Raises:
+            ClientLacksCapability, InputRequestFailed: as `ask`.
+        """
+        if not self._unanswered_before_task:
+            return None
+        answers = self.ask(dict(self._unanswered_before_task))
+        self.input_responses = {**self.input_responses, **answers}
+        declined = [key for key, answer in answers.items() if answer.get("action") in {"decline", "cancel"}]
+        return f"Not started: the request for {', '.join(declined)} was declined" if declined else None
 
     def _call(self, method: str, path: str, body: Json | None = None, timeout_s: float | None = None) -> Json:
         """One worker-API call, retried while the server cannot be reached.
@@ -224,6 +242,10 @@ def run(main: Callable[[ToolContext], Json | str]) -> NoReturn:
     """
     ctx = ToolContext()
     try:
+        not_started = ctx.collect_input_before_task()
+        if not_started is not None:
+            ctx.finish(text_result(not_started, is_error=True))
+            sys.exit(0)
         outcome = main(ctx)
     except ToolError as exc:
         ctx.finish(text_result(str(exc), is_error=True))

@@ -57,14 +57,31 @@ async def get_input(request: web.Request) -> web.Response:
     """GET /input → arguments and pre-task input responses; the tool runs (`on_started` hears of it)."""
     execution = await _execution(request)
     request.app[ON_STARTED_KEY](execution)
-    return web.json_response(
-        {
-            "arguments": execution.arguments,
-            "inputResponses": execution.pre_input_responses,
-            "taskId": execution.task_id,
-            "attempt": execution.attempt,
-        }
-    )
+    body: dict[str, object] = {
+        "arguments": execution.arguments,
+        "inputResponses": execution.pre_input_responses,
+        "taskId": execution.task_id,
+        "attempt": execution.attempt,
+    }
+    unanswered = _unanswered_before_task(execution)
+    if unanswered:
+        body["inputBeforeTask"] = unanswered
+    return web.json_response(body)
+
+
+def _unanswered_before_task(execution: Execution) -> dict[str, object]:
+    """The tool's `inputBeforeTask` requests its task was created without answers to, by key.
+
+    A modern client answers them before the task exists (pre-creation MRTR); a legacy-era client has no
+    such round, so its call's hidden task starts without them and the runtime asks them first, in-task.
+    """
+    if execution.tool is None or execution.task_id is None:
+        return {}
+    return {
+        key: {"method": spec.method, "params": spec.params}
+        for key, spec in execution.tool.manifest.input_before_task.items()
+        if key not in execution.pre_input_responses
+    }
 
 
 async def post_status(request: web.Request) -> web.Response:

@@ -359,3 +359,26 @@ async def test_a_stopping_server_ends_open_legacy_calls_and_cancels_their_work(
     async with SqliteTaskStore(tmp_path / "tasks.sqlite3") as store:
         record = await store.get(task_id)
     assert record.cancel_requested_at is not None
+
+
+async def test_a_tool_that_asks_before_it_starts_works_for_a_legacy_client(embedded: Embedded) -> None:
+    """`inputBeforeTask` has no pre-creation round in the legacy era: the runtime asks it in-task, on the
+    call's stream, before the tool's code runs; a declined answer means the tool never starts."""
+    asked: list[str] = []
+
+    def answering_confirm(confirm: bool) -> Any:
+        async def elicit(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+            asked.append(params.message)
+            if not confirm:
+                return ElicitResult(action="decline")
+            return ElicitResult(action="accept", content={"confirm": True})
+
+        return elicit
+
+    async with Client(embedded.url, mode="legacy", elicitation_callback=answering_confirm(True), cache=None) as ok:
+        purged = await ok.call_tool("purge_cache", {"prefix": "legacy"})
+    async with Client(embedded.url, mode="legacy", elicitation_callback=answering_confirm(False), cache=None) as no:
+        declined = await no.call_tool("purge_cache", {"prefix": "legacy"})
+    assert not purged.is_error and "Purged" in purged.content[0].text, purged  # type: ignore[union-attr]
+    assert declined.is_error and "Not started" in declined.content[0].text  # type: ignore[union-attr]
+    assert len(asked) == 2
