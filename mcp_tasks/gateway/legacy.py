@@ -142,6 +142,8 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
             return dict(await tool_calls.run_inline(ctx, tool, arguments, {}))
+        except tool_calls.ClientGone:
+            return error_result(f"Tool {name!r} was stopped: the client closed the connection")
         except InputNeeded:
             return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")
         except TimeoutError:
