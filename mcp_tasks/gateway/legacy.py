@@ -126,16 +126,8 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
     so its tool's runtime asks those requests first, in-task, on the call's stream (`ToolContext.
     collect_input_before_task`), and a declined one ends the call without the tool starting.
     """
-    name = ctx.params.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidParams("Invalid params: params.name (the tool name) is required")
-    arguments = ctx.params.get("arguments")
-    arguments = {} if arguments is None else arguments
-    if not isinstance(arguments, dict):
-        raise InvalidParams("Invalid params: params.arguments must be an object")
-    tool = ctx.services.catalog.get_tool(name)
-    if tool is None:
-        raise InvalidParams(f"Invalid params: unknown tool {name!r}; call tools/list for the available tools")
+    tool, arguments = tool_calls.requested_tool(ctx)
+    name = tool.name
     problems = tool.argument_errors(arguments)
     if problems:
         return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))

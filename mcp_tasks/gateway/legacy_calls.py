@@ -40,7 +40,7 @@ from typing import Final
 from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext, Services
-from mcp_tasks.gateway.listen import SHUTDOWN_KEY
+from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
@@ -278,30 +278,12 @@ async def _follow(
             )
         await keep_watching(services.store, record, services.clock(), settings.caller_watch_s)
         wait_s = min(remaining, settings.listen_keepalive_s, settings.caller_watch_s / 4)
-        if await _changed_or_stopping(request, services, record.task_id, wait_s):
+        if await wait_for_change_or_shutdown(services.store, request.app[SHUTDOWN_KEY], wait_s, record.task_id):
             await _request_cancel(services, record.task_id, "the server is shutting down")
             raise _ServerStopping(record.task_id)
         if clock() - last_write >= settings.listen_keepalive_s:
             await response.write(b": keepalive\n\n")
             last_write = clock()
-
-
-async def _changed_or_stopping(request: web.Request, services: Services, task_id: str, timeout_s: float) -> bool:
-    """Wait for a change of the task (or `timeout_s`); True when the server is shutting down instead."""
-    shutdown = request.app[SHUTDOWN_KEY]
-    if shutdown.is_set():
-        return True
-    waits = [
-        asyncio.ensure_future(services.store.wait_for_change(timeout_s, task_id)),
-        asyncio.ensure_future(shutdown.wait()),
-    ]
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waits:
-            waiter.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
-    return shutdown.is_set()
 
 
 def _is_token(value: object) -> bool:

@@ -24,10 +24,33 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.jsonrpc import notification, result_response
 from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.interfaces import TaskStore
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
 SHUTDOWN_KEY: Final = web.AppKey("listen_shutdown", asyncio.Event)
+
+
+async def wait_for_change_or_shutdown(
+    store: TaskStore, shutdown: asyncio.Event, timeout_s: float, task_id: str | None = None
+) -> bool:
+    """Wait up to `timeout_s` seconds for a change (of `task_id`, or of any task); True once `shutdown` is set.
+
+    The wait every open SSE stream makes between looks at the store (`subscriptions/listen`, legacy calls).
+    """
+    if shutdown.is_set():
+        return True
+    waits = [
+        asyncio.ensure_future(store.wait_for_change(timeout_s, task_id)),
+        asyncio.ensure_future(shutdown.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    return shutdown.is_set()
 
 
 def _frame(message: JsonObject) -> bytes:
@@ -96,16 +119,7 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                 final = ctx.complete({"_meta": dict(sub_meta)})
                 await response.write(_frame(result_response(request_id, final)))
                 break
-            waits = [
-                asyncio.ensure_future(ctx.services.store.wait_for_change(keepalive)),
-                asyncio.ensure_future(shutdown.wait()),
-            ]
-            try:
-                await asyncio.wait(waits, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
-                await asyncio.gather(*waits, return_exceptions=True)
+            await wait_for_change_or_shutdown(ctx.services.store, shutdown, keepalive)
             # The store wakes us often (it polls for other processes), so pace keepalives by the clock.
             if clock() - last_write >= keepalive:
                 await response.write(b": keepalive\n\n")

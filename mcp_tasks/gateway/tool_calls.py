@@ -31,8 +31,12 @@ from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 logger = logging.getLogger("mcp_tasks.gateway")
 
 
-async def call_tool(ctx: RequestContext) -> JsonObject:
-    """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`."""
+def requested_tool(ctx: RequestContext) -> tuple[ToolSpec, JsonObject]:
+    """The declared tool and the argument object a `tools/call` names (either era).
+
+    Raises:
+        InvalidParams: `params.name` missing or unknown, or `params.arguments` not an object (-32602).
+    """
     name = ctx.params.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidParams("Invalid params: params.name (the tool name) is required")
@@ -44,6 +48,13 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     tool = ctx.services.catalog.get_tool(name)
     if tool is None:
         raise InvalidParams(f"Invalid params: unknown tool {name!r}; call tools/list for the available tools")
+    return tool, arguments
+
+
+async def call_tool(ctx: RequestContext) -> JsonObject:
+    """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`."""
+    tool, arguments = requested_tool(ctx)
+    name = tool.name
 
     check_param_headers(ctx.headers, header_bound_properties(tool.manifest.input_schema), arguments)
     missing = ctx.envelope.lacks_capabilities(tool.manifest.required_client_capabilities)

@@ -63,11 +63,8 @@ _CONTENT_CODINGS: Final = frozenset({"", "identity", "gzip", "x-gzip", "deflate"
 """Content codings a body may arrive in (RFC 9110 §8.4); `_BodyDecoder` undoes gzip and deflate."""
 
 
-_json = json_response
-
-
 def _error(request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> web.Response:
-    return _json(error_response(request_id, error), status or error.http_status)
+    return json_response(error_response(request_id, error), status or error.http_status)
 
 
 def _host_only(value: str) -> str:
@@ -312,7 +309,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         return response
     if request_id is None:  # notifications returned above; parse_message guarantees an id otherwise
         raise AssertionError("a request without an id reached the result path")
-    return _json(result_response(request_id, result))
+    return json_response(result_response(request_id, result))
 
 
 async def method_not_allowed(request: web.Request) -> web.Response:

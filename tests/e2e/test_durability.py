@@ -28,10 +28,15 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`mcptasks serve` in a child process on one data folder."""
+    """`mcptasks serve` in a child process on one data folder.
 
-    def __init__(self, data_dir: Path, **env: str) -> None:
+    `flags` are added to its command line, `env` to its environment; with `log_path` its output goes there.
+    """
+
+    def __init__(self, data_dir: Path, *flags: str, log_path: Path | None = None, **env: str) -> None:
         self.data_dir = data_dir
+        self.flags = flags
+        self.log_path = log_path
         self.env = env
         self.process: asyncio.subprocess.Process | None = None
         self.port = 0
@@ -51,7 +56,13 @@ class ServerProcess:
         for folder in TOOL_DIRS:
             args += ["--tools", str(folder)]
         env = {**os.environ, "MCPTASKS_LEASE_DURATION_S": "1.5", "MCPTASKS_LOG_LEVEL": "WARNING", **self.env}
-        self.process = await asyncio.create_subprocess_exec(*args, cwd=REPO, env=env)
+        if self.log_path is None:
+            self.process = await asyncio.create_subprocess_exec(*args, *self.flags, cwd=REPO, env=env)
+        else:
+            with self.log_path.open("ab") as log:
+                self.process = await asyncio.create_subprocess_exec(
+                    *args, *self.flags, cwd=REPO, env=env, stdout=log, stderr=log
+                )
         url = f"http://127.0.0.1:{self.port}"
         async with aiohttp.ClientSession() as session, asyncio.timeout(15):
             while True:
