@@ -29,7 +29,18 @@ if [[ ! -x "$NODE" || ! -f "$CONF" ]]; then
 fi
 
 SCENARIOS=(
-  server-stateless tools-list tools-call-simple-text tools-call-error
+  # every 2026-07-28 server scenario that applies to a tools + tasks + artifacts server (conformance.md §1.8)
+  server-stateless tools-list tools-call-simple-text tools-call-error tools-call-with-progress
+  tools-call-image tools-call-audio tools-call-embedded-resource tools-call-mixed-content
+  json-schema-2020-12 server-sse-multiple-streams dns-rebinding-protection caching
+  http-header-validation http-custom-header-server-validation sep-2164-resource-not-found
+  resources-list resources-read-text resources-read-binary resources-templates-read
+  input-required-result-basic-elicitation input-required-result-basic-sampling input-required-result-basic-list-roots
+  input-required-result-request-state input-required-result-multiple-input-requests input-required-result-multi-round
+  input-required-result-missing-input-response input-required-result-result-type input-required-result-unsupported-methods
+  input-required-result-tampered-state input-required-result-capability-check input-required-result-ignore-extra-params
+  input-required-result-validate-input
+  # the tasks extension
   tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal tasks-mrtr-input
   tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error
   tasks-mrtr-composition

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
+import struct
 import sys
 import time
+import wave
+import zlib
 
-from mcp_tasks.runtime import ProtocolFailure, ToolContext, ToolError, run
+from mcp_tasks.runtime import ClientLacksCapability, ProtocolFailure, ToolContext, ToolError, content, run
 
 
 def simple_text(ctx: ToolContext) -> str:
@@ -95,6 +100,153 @@ def tool_with_task(ctx: ToolContext) -> str:
     return f"Hello, {name}!"
 
 
+def tool_with_progress(ctx: ToolContext) -> str:
+    for done in (0, 50, 100):
+        ctx.progress(done, 100, f"{done}% done")
+        if done < 100:
+            time.sleep(0.05)
+    return "Progress complete"
+
+
+def json_schema_2020_12(ctx: ToolContext) -> str:
+    return json.dumps(ctx.arguments, sort_keys=True)
+
+
+def custom_header(ctx: ToolContext) -> str:
+    return f"value: {ctx.arguments['value']}"
+
+
+def _png() -> bytes:
+    """A 1x1 red PNG, built with the standard library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _wav() -> bytes:
+    """A tenth of a second of silence, 8 kHz mono, as WAV."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(8000)
+        out.writeframes(b"\x00\x00" * 800)
+    return buffer.getvalue()
+
+
+def image_content(ctx: ToolContext) -> dict[str, object]:
+    return {"content": [content.image(_png(), "image/png")]}
+
+
+def audio_content(ctx: ToolContext) -> dict[str, object]:
+    return {"content": [content.audio(_wav(), "audio/wav")]}
+
+
+def embedded_resource(ctx: ToolContext) -> dict[str, object]:
+    resource = content.embedded_text("test://embedded-resource", "This is an embedded resource content.")
+    return {"content": [resource]}
+
+
+def multiple_content_types(ctx: ToolContext) -> dict[str, object]:
+    data = json.dumps({"test": "data", "value": 123})
+    return {
+        "content": [
+            content.text("Multiple content types test:"),
+            content.image(_png(), "image/png"),
+            content.embedded_text("test://mixed-content-resource", data, "application/json"),
+        ]
+    }
+
+
+def _name(answer: dict[str, object]) -> object:
+    return (answer.get("content") or {}).get("name")  # type: ignore[union-attr]
+
+
+def irr_elicitation(ctx: ToolContext) -> str:
+    answer = ctx.elicit("user_name", "What is your name?", {"name": {"type": "string"}})
+    return f"Hello, {_name(answer)}!"
+
+
+def _sampling(text: str, max_tokens: int) -> dict[str, object]:
+    message = {"role": "user", "content": {"type": "text", "text": text}}
+    return {"method": "sampling/createMessage", "params": {"messages": [message], "maxTokens": max_tokens}}
+
+
+def _sampled_text(answer: dict[str, object]) -> object:
+    return (answer.get("content") or {}).get("text")  # type: ignore[union-attr]
+
+
+def irr_sampling(ctx: ToolContext) -> str:
+    answer = ctx.sample(
+        "capital_question",
+        [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
+        100,
+    )
+    return f"The model said: {_sampled_text(answer)}"
+
+
+def irr_list_roots(ctx: ToolContext) -> str:
+    roots = ctx.list_roots("client_roots")
+    return f"Found {len(roots)} root(s)"
+
+
+def irr_request_state(ctx: ToolContext) -> str:
+    answer = ctx.elicit("confirm", "Confirm to continue", {"ok": {"type": "boolean"}})
+    ok = (answer.get("content") or {}).get("ok") is True
+    return "state-ok: confirmed" if ok else "state-ok: not confirmed"
+
+
+def irr_multiple_inputs(ctx: ToolContext) -> str:
+    answers = ctx.ask(
+        {
+            "name": content.form_request("What is your name?", {"name": {"type": "string"}}),
+            "greeting": _sampling("Generate a greeting", 50),
+            "roots": {"method": "roots/list", "params": {}},
+        }
+    )
+    roots = answers["roots"].get("roots") or []
+    return f"Hello, {_name(answers['name'])}! {_sampled_text(answers['greeting'])} ({len(roots)} root(s))"
+
+
+def irr_multi_round(ctx: ToolContext) -> str:
+    name = _name(ctx.elicit("step1", "What is your name?", {"name": {"type": "string"}}))
+    color = (
+        ctx.elicit("step2", f"Hello {name}, what is your favourite colour?", {"color": {"type": "string"}}).get(
+            "content"
+        )
+        or {}
+    ).get("color")
+    return f"{name} likes {color}"
+
+
+def irr_capabilities(ctx: ToolContext) -> str:
+    """Asks for what the client declared: elicitation and sampling, or whichever of them it has."""
+    requests = {
+        "user_name": content.form_request("What is your name?", {"name": {"type": "string"}}),
+        "capital_question": _sampling("What is the capital of France?", 100),
+    }
+    kinds = {"user_name": "elicitation", "capital_question": "sampling"}
+    while requests:
+        try:
+            answers = ctx.ask(requests)
+        except ClientLacksCapability as exc:
+            missing = (exc.capability or "").split(".")[0]
+            requests = {key: request for key, request in requests.items() if kinds[key] != missing}
+            if len(requests) == len(kinds) or not missing:
+                raise
+            continue
+        return f"Answered: {', '.join(sorted(answers))}"
+    return "The client declared neither elicitation nor sampling, so nothing could be asked"
+
+
 TOOLS = {
     "test_simple_text": simple_text,
     "test_error_handling": error_handling,
@@ -108,6 +260,21 @@ TOOLS = {
     "confirm_delete": confirm_delete,
     "multi_input": multi_input,
     "test_tool_with_task": tool_with_task,
+    "test_tool_with_progress": tool_with_progress,
+    "json_schema_2020_12_tool": json_schema_2020_12,
+    "test_custom_header": custom_header,
+    "test_image_content": image_content,
+    "test_audio_content": audio_content,
+    "test_embedded_resource": embedded_resource,
+    "test_multiple_content_types": multiple_content_types,
+    "test_input_required_result_elicitation": irr_elicitation,
+    "test_input_required_result_sampling": irr_sampling,
+    "test_input_required_result_list_roots": irr_list_roots,
+    "test_input_required_result_request_state": irr_request_state,
+    "test_input_required_result_multiple_inputs": irr_multiple_inputs,
+    "test_input_required_result_multi_round": irr_multi_round,
+    "test_input_required_result_tampered_state": irr_request_state,
+    "test_input_required_result_capabilities": irr_capabilities,
 }
 
 if __name__ == "__main__":

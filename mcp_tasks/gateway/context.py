@@ -10,7 +10,7 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.headers import RequestEnvelope
 from mcp_tasks.protocol.jsonrpc import Message
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, ToolExecutor
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ProgressSink, TaskStore, ToolCatalog, ToolExecutor
 from mcp_tasks.tasks.owner import Owner
 
 
@@ -35,7 +35,8 @@ class RequestContext:
     """One validated request: its message, `_meta` envelope, authenticated owner and headers.
 
     `client_gone()` tells whether the client has closed the connection this request came on (a
-    synchronous call then stops its tool instead of running it for nobody).
+    synchronous call then stops its tool instead of running it for nobody). `progress`, set when the
+    request carried a `progressToken`, sends a synchronous run's progress to this request's stream.
     """
 
     message: Message
@@ -44,6 +45,7 @@ class RequestContext:
     headers: Mapping[str, str]
     services: Services
     client_gone: Callable[[], bool] = field(default=_never_gone)
+    progress: ProgressSink | None = None
 
     @property
     def params(self) -> JsonObject:

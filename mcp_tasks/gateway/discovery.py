@@ -65,6 +65,12 @@ async def list_tools(ctx: RequestContext) -> JsonObject:
     return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
+async def list_resource_templates(ctx: RequestContext) -> JsonObject:
+    """`resources/templates/list`: artifacts have no templates; an empty list, cacheable (SEP-2549)."""
+    _decode_cursor(ctx.params.get("cursor"))
+    return ctx.complete({"resourceTemplates": [], "ttlMs": ctx.services.settings.list_ttl_ms, "cacheScope": "public"})
+
+
 async def list_resources(ctx: RequestContext) -> JsonObject:
     """`resources/list`: artifacts are reached through the links in task results, so the list is empty."""
     _decode_cursor(ctx.params.get("cursor"))

@@ -31,6 +31,7 @@ METHODS: Final[dict[str, Route]] = {
     constants.METHOD_TOOLS_LIST: Route(discovery.list_tools),
     constants.METHOD_TOOLS_CALL: Route(tool_calls.call_tool),
     "resources/list": Route(discovery.list_resources),
+    "resources/templates/list": Route(discovery.list_resource_templates),
     constants.METHOD_RESOURCES_READ: Route(artifacts.read_resource),
     constants.METHOD_TASKS_GET: Route(task_methods.get_task, needs_tasks_extension=True),
     constants.METHOD_TASKS_UPDATE: Route(task_methods.update_task, needs_tasks_extension=True),

@@ -133,7 +133,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
         return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
-            return dict(await tool_calls.run_inline(ctx, tool, arguments, {}))
+            return dict(await tool_calls.run_inline(ctx, tool, arguments, {}, None))
         except tool_calls.ClientGone:
             return error_result(f"Tool {name!r} was stopped: the client closed the connection")
         except InputNeeded:
@@ -176,7 +176,7 @@ async def serve(
         elif message.method == "resources/list":
             result = await discovery.list_resources(ctx)
         elif message.method == "resources/templates/list":
-            result = {"resourceTemplates": []}
+            result = await discovery.list_resource_templates(ctx)
         elif message.method == constants.METHOD_RESOURCES_READ:
             result = await artifacts.read_resource(ctx)
         elif message.method == constants.METHOD_TOOLS_CALL:

@@ -1,8 +1,9 @@
-"""Integrity-protected `requestState` for pre-creation MRTR rounds (SEP-2322 §requestState).
+"""Integrity-protected `requestState` for multi-round-trip requests (SEP-2322 §requestState).
 
 `requestState` is attacker-controlled, so ours is `base64url(payload).base64url(HMAC-SHA256(payload))`
-where the payload binds the principal, the tool, a digest of the arguments and an expiry. A state
-that fails any check is rejected with -32602.
+where the payload binds the principal, the tool, a digest of the arguments and an expiry, and, for a
+round of a run already under way, the hidden task that holds the run (`run`) and the input keys that
+round asked (so every round's state differs). A state that fails any check is rejected with -32602.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject
 from mcp_tasks.tasks.ids import TaskId
@@ -31,23 +34,45 @@ def arguments_digest(arguments: JsonObject) -> str:
     return hashlib.sha256(json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def issue(secret: bytes, owner: Owner, tool: str, arguments: JsonObject, ttl_s: int) -> str:
-    """Mint a `requestState` bound to this principal, tool and arguments, valid for `ttl_s` seconds."""
-    payload = json.dumps(
-        {
-            "t": owner.tenant,
-            "s": owner.subject,
-            "tool": tool,
-            "args": arguments_digest(arguments),
-            "exp": int(time.time()) + ttl_s,
-        },
-        separators=(",", ":"),
-    ).encode()
+@dataclass(frozen=True, slots=True)
+class StateClaims:
+    """What a verified `requestState` says: `run` is the hidden task holding a run under way (`None` for a
+    pre-creation round), `keys` the input keys its round asked.
+    """
+
+    run: str | None = None
+    keys: tuple[str, ...] = ()
+
+
+def issue(
+    secret: bytes,
+    owner: Owner,
+    tool: str,
+    arguments: JsonObject,
+    ttl_s: int,
+    run: str | None = None,
+    keys: Sequence[str] = (),
+) -> str:
+    """Mint a `requestState` bound to this principal, tool and arguments, valid for `ttl_s` seconds.
+
+    `run` and `keys` bind it to the hidden task of a run under way and the keys its round asks.
+    """
+    claims: dict[str, object] = {
+        "t": owner.tenant,
+        "s": owner.subject,
+        "tool": tool,
+        "args": arguments_digest(arguments),
+        "exp": int(time.time()) + ttl_s,
+    }
+    if run is not None:
+        claims["run"] = run
+        claims["keys"] = sorted(keys)
+    payload = json.dumps(claims, separators=(",", ":")).encode()
     return f"{_b64(payload)}.{_b64(hmac.new(secret, payload, hashlib.sha256).digest())}"
 
 
-def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonObject) -> None:
-    """Check a returned `requestState`.
+def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonObject) -> StateClaims:
+    """Check a returned `requestState` and return what it binds.
 
     Raises:
         InvalidParams: tampered, expired, or issued for another principal, tool or arguments (-32602).
@@ -74,6 +99,8 @@ def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonOb
         or claims["exp"] < time.time()
     ):
         raise invalid
+    run = claims.get("run")
+    return StateClaims(run=run if isinstance(run, str) else None, keys=tuple(claims.get("keys") or ()))
 
 
 def task_id_for(secret: bytes, state: str) -> TaskId:

@@ -15,16 +15,15 @@ import dataclasses
 import logging
 from typing import Any
 
-from mcp_tasks.gateway import request_state
+from mcp_tasks.gateway import input_rounds, request_state
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.observability import tracing
-from mcp_tasks.protocol import constants, inputs
+from mcp_tasks.protocol import constants, inputs, param_headers
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
-from mcp_tasks.protocol.headers import check_param_headers, header_bound_properties
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import InputNeeded, notify_written
+from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded, notify_written
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
@@ -56,7 +55,7 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     tool, arguments = requested_tool(ctx)
     name = tool.name
 
-    check_param_headers(ctx.headers, header_bound_properties(tool.manifest.input_schema), arguments)
+    param_headers.check(ctx.headers, tool.header_bindings, arguments)
     missing = ctx.envelope.lacks_capabilities(tool.manifest.required_client_capabilities)
     if missing:
         raise MissingRequiredClientCapability(
@@ -72,9 +71,13 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     if policy is TaskPolicy.REQUIRED and not as_task:
         raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r}")
 
+    claims = _verified_state(ctx, tool, arguments)
+    if claims is not None and claims.run is not None:  # a round of a synchronous run under way
+        return await input_rounds.continue_run(ctx, tool, arguments, claims.run)
+
     pre_input: JsonObject = {}
     if tool.manifest.input_before_task:
-        round_result = _pre_creation_round(ctx, tool, arguments)
+        round_result = _pre_creation_round(ctx, tool, arguments, claims is not None)
         if round_result is not None:
             return round_result
         answers = ctx.params.get("inputResponses") or {}
@@ -90,11 +93,13 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     if as_task:
         return await _create_task(ctx, tool, arguments, pre_input)
     try:
-        result = await run_inline(ctx, tool, arguments, pre_input)
+        result = await run_inline(ctx, tool, arguments, pre_input, ctx.envelope.client_capabilities)
     except ClientGone:
         return ctx.complete(error_result(f"Tool {name!r} was stopped: the client closed the connection"))
     except InputNeeded as exc:
-        raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
+        if exc.task_id is None:
+            raise MissingRequiredClientCapability.tasks_extension(f"Tool {name!r} asked for input mid-run; it") from exc
+        return await input_rounds.ask_caller(ctx, tool, arguments, exc.task_id)
     except TimeoutError:
         return ctx.complete(
             error_result(
@@ -113,14 +118,32 @@ CLIENT_GONE_POLL_S = 0.25
 """How often a synchronous call checks that its client is still connected, in seconds."""
 
 
-async def run_inline(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
+async def run_inline(
+    ctx: RequestContext,
+    tool: ToolSpec,
+    arguments: JsonObject,
+    pre_input: JsonObject,
+    client_capabilities: JsonObject | None,
+) -> JsonObject:
     """`executor.run_inline`, stopped (its tool process or hidden task cancelled) if the client leaves.
+
+    `client_capabilities`: the request's, or `None` for a caller without input rounds (legacy era).
 
     Raises:
         ClientGone: the client closed the connection first; nobody will read the result.
         InputNeeded, TimeoutError: as `ToolExecutor.run_inline`.
     """
-    run = asyncio.ensure_future(ctx.services.executor.run_inline(tool, arguments, ctx.owner, pre_input))
+    offered = ctx.params.get("inputResponses") if client_capabilities is not None else None
+    call = InlineCall(
+        tool,
+        arguments,
+        ctx.owner,
+        pre_input,
+        client_capabilities,
+        {k: v for k, v in offered.items() if k not in pre_input} if isinstance(offered, dict) else {},
+        ctx.progress,
+    )
+    run = asyncio.ensure_future(ctx.services.executor.run_inline(call))
     try:
         while not run.done():
             await asyncio.wait({run}, timeout=CLIENT_GONE_POLL_S)
@@ -135,27 +158,38 @@ async def run_inline(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
             await asyncio.gather(run, return_exceptions=True)
 
 
-def _pre_creation_round(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> JsonObject | None:
+def _verified_state(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> request_state.StateClaims | None:
+    """The claims of the request's `requestState`, or `None` when it carries none.
+
+    Raises:
+        InvalidParams: `requestState` is not a string, or fails verification (-32602).
+    """
+    state = ctx.params.get("requestState")
+    if state is None:
+        return None
+    if not isinstance(state, str):
+        raise InvalidParams("Invalid params: requestState must be the string the server sent")
+    return request_state.verify(ctx.services.settings.request_state_secret, state, ctx.owner, tool.name, arguments)
+
+
+def _pre_creation_round(
+    ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, has_state: bool
+) -> JsonObject | None:
     """Return an `InputRequiredResult` while `inputBeforeTask` answers are missing, else `None`.
 
     Raises:
-        InvalidParams: `inputResponses` is not an object, an answer does not fit the request it answers
-            (SEP-2322 `InputResponse`; the message names the key), or `requestState` fails verification (-32602).
+        InvalidParams: `inputResponses` is not an object, or an answer does not fit the request it answers
+            (SEP-2322 `InputResponse`; the message names the key) (-32602).
         MissingRequiredClientCapability: the client declared none of the capabilities the requests need.
     """
     responses: Any = ctx.params.get("inputResponses")
-    state = ctx.params.get("requestState")
     secret = ctx.services.settings.request_state_secret
     if "inputResponses" in ctx.params and not isinstance(responses, dict):
         raise InvalidParams("Invalid params: inputResponses must be an object of key → response")
-    if state is not None:
-        if not isinstance(state, str):
-            raise InvalidParams("Invalid params: requestState must be the string the server sent")
-        request_state.verify(secret, state, ctx.owner, tool.name, arguments)
     wanted = tool.manifest.input_before_task
     answered = (
         isinstance(responses, dict)
-        and state is not None
+        and has_state
         and all(isinstance(responses.get(key), dict) and "action" in responses[key] for key in wanted)
     )
     if answered:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from mcp_tasks.gateway import dispatch, legacy, listen
+from mcp_tasks.gateway import dispatch, legacy, listen, progress
 from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KEY, json_response
@@ -274,6 +274,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         response.force_close()  # do not keep reading a refused body on a kept-alive connection
         return response
     request_id: RequestId | None = None
+    stream: progress.ProgressStream | None = None
     try:
         payload = decode_body(body)
         if legacy.is_input_reply(payload):
@@ -292,7 +293,17 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         envelope = validate_envelope(
             request.headers, message, accept_missing_task_name=settings.accept_missing_name_header
         )
-        ctx = RequestContext(message, envelope, owner, request.headers, services, client_gone(request))
+        token = progress.progress_token(message.params) if message.method == constants.METHOD_TOOLS_CALL else None
+        stream = None if token is None else progress.ProgressStream(request, token)
+        ctx = RequestContext(
+            message,
+            envelope,
+            owner,
+            request.headers,
+            services,
+            client_gone(request),
+            None if stream is None else stream.report,
+        )
         task_id = message.params.get("taskId")
         if message.method in constants.TASK_METHODS and isinstance(task_id, str):
             bind_task(task_id[:64])  # this request's log lines are about that task
@@ -303,12 +314,16 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         result = await found.handler(ctx)
     except Exception as exc:  # the one top-level mapper
         error = map_exception(exc)
+        if stream is not None and stream.started:  # HTTP 200 is sent: the error ends the stream
+            return await stream.respond(error_response(request_id, error))
         response = _error(request_id, error)
         if isinstance(error, ServiceUnavailable):
             response.headers["Retry-After"] = str(error.retry_after_s)
         return response
     if request_id is None:  # notifications returned above; parse_message guarantees an id otherwise
         raise AssertionError("a request without an id reached the result path")
+    if stream is not None:
+        return await stream.respond(result_response(request_id, result))
     return json_response(result_response(request_id, result))
 
 

@@ -3,7 +3,7 @@
 `validate_envelope` runs the checks in the order the spec and the conformance suite require
 (`protocol.md` §10): `_meta` (-32602) → `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` against the
 body (-32020) → supported version (-32022). Method existence and the capability gate come after,
-in the gateway. `check_param_headers` validates `Mcp-Param-*` against `x-mcp-header` properties.
+in the gateway. `Mcp-Param-*` headers (`x-mcp-header`) live in `param_headers`.
 Pure functions over a case-insensitive header mapping.
 """
 
@@ -14,7 +14,7 @@ import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import HeaderMismatch, InvalidParams, JsonObject, UnsupportedProtocolVersion
@@ -139,30 +139,3 @@ def validate_envelope(
     if version not in constants.MODERN_PROTOCOL_VERSIONS:  # a legacy revision is chosen by initialize, not _meta
         raise UnsupportedProtocolVersion(version)
     return RequestEnvelope(protocol_version=version, client_capabilities=capabilities, meta=meta)
-
-
-def header_bound_properties(input_schema: JsonObject) -> dict[str, str]:
-    """Map argument name → header suffix for top-level properties carrying `x-mcp-header` (SEP-2243)."""
-    properties = input_schema.get("properties")
-    bound: dict[str, str] = {}
-    if isinstance(properties, dict):
-        for name, schema in properties.items():
-            if isinstance(schema, dict) and isinstance(header := schema.get("x-mcp-header"), str):
-                bound[name] = header
-    return bound
-
-
-def check_param_headers(headers: Mapping[str, str], bound: Mapping[str, str], arguments: Mapping[str, Any]) -> None:
-    """Check each `Mcp-Param-<H>` against the body argument it mirrors.
-
-    Raises:
-        HeaderMismatch: a mirrored argument's header is missing, undecodable or different (-32020).
-    """
-    for argument, suffix in bound.items():
-        value = arguments.get(argument)
-        if value is None:
-            continue
-        expected = str(value).lower() if isinstance(value, bool) else str(value)
-        raw = headers.get(constants.HEADER_PARAM_PREFIX + suffix)
-        if raw is None or decode_header_value(raw) != expected:
-            raise HeaderMismatch(f"{constants.HEADER_PARAM_PREFIX}{suffix} header must be present and equal {argument}")

@@ -35,18 +35,19 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
 from mcp_tasks.runtime import contract
-from mcp_tasks.tasks import results, transitions
+from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import (
     ArtifactStore,
     Clock,
+    InlineCall,
     InputNeeded,
     TaskStore,
     ToolCatalog,
     notify_written,
     transact,
 )
-from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
@@ -149,7 +150,7 @@ class LocalRunner:
         self.settings = settings
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.executions = ExecutionTable()
-        self.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes)
+        self.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes, promote=self._promote)
         self._supervisors: dict[str, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._web_runner: web.AppRunner | None = None
@@ -400,22 +401,24 @@ class LocalRunner:
     # ---------------------------------------------------------------- one task
 
     async def _supervise(self, record: TaskRecord, adopted: LeaseProcess | None, execution: Execution) -> None:
-        bind_task(record.task_id, record.tool)  # this asyncio task's log lines are about this task
         tool = self.catalog.get_tool(record.tool)
         assert tool is not None  # _claim and _adopt checked
+        await self._supervised(record.task_id, tool, self._run_task(record, tool, execution, adopted))
+
+    async def _supervised(self, task_id: str, tool: ToolSpec, run: Awaitable[None]) -> None:
+        """Run one task's supervision `run`; whatever goes wrong, the task gets an outcome and capacity frees."""
+        bind_task(task_id, tool.name)  # this asyncio task's log lines are about this task
         try:
-            await self._run_task(record, tool, execution, adopted)
+            await run
         except asyncio.CancelledError:
             raise
         except LeaseLost:
-            logger.warning("task %s: lease lost; another worker owns it now", record.task_id)
+            logger.warning("task %s: lease lost; another worker owns it now", task_id)
         except Exception:
-            logger.exception("task %s: supervisor failed", record.task_id)
-            await self._finish_if_running(
-                record.task_id, transitions.failing("Internal error in the runner", "InternalError")
-            )
+            logger.exception("task %s: supervisor failed", task_id)
+            await self._finish_if_running(task_id, transitions.failing("Internal error in the runner", "InternalError"))
         finally:
-            self._supervisors.pop(record.task_id, None)
+            self._supervisors.pop(task_id, None)
             self._capacity_freed.set()
 
     async def _run_task(
@@ -448,24 +451,36 @@ class LocalRunner:
                     "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
                 )
                 await self._record_process(record.task_id, process, execution)
-            exited = asyncio.create_task(process.wait(), name=f"wait-{record.task_id}")
-            try:
-                reason = await self._watch(record.task_id, tool, process, exited)
-                await self._conclude(record.task_id, tool, process, execution, reason)
-            except asyncio.CancelledError:
-                await self._stop_on_shutdown(record.task_id, tool, process)
-                raise
-            except BaseException:
-                await asyncio.shield(process.stop(tool.execution.cancel_grace_seconds))
-                raise
-            finally:
-                if not exited.done():
-                    exited.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await exited
+            await self._follow(record.task_id, tool, process, execution)
         finally:
             self.executions.remove(execution)
             process.discard_log()
+
+    async def _follow(
+        self,
+        task_id: str,
+        tool: ToolSpec,
+        process: ToolProcess,
+        execution: Execution,
+        exited: asyncio.Task[int | None] | None = None,
+    ) -> None:
+        """Watch a started process until it ends, then record how (`_watch`, `_conclude`)."""
+        if exited is None:
+            exited = asyncio.create_task(process.wait(), name=f"wait-{task_id}")
+        try:
+            reason = await self._watch(task_id, tool, process, exited)
+            await self._conclude(task_id, tool, process, execution, reason)
+        except asyncio.CancelledError:
+            await self._stop_on_shutdown(task_id, tool, process)
+            raise
+        except BaseException:
+            await asyncio.shield(process.stop(tool.execution.cancel_grace_seconds))
+            raise
+        finally:
+            if not exited.done():
+                exited.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await exited
 
     async def _record_process(self, task_id: str, process: ToolProcess, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
@@ -503,6 +518,8 @@ class LocalRunner:
                     return "finished"
                 if record.cancel_requested_at is not None:
                     return "cancel"
+                if transitions.is_abandoned(record, now):
+                    return "abandoned"
                 if now >= next_renew:
                     try:
                         await transact(
@@ -543,6 +560,13 @@ class LocalRunner:
             logger.info("task %s: cancelled; tool stopped", task_id)
             await self._finish_if_running(task_id, transitions.cancel)
             return
+        if reason == "abandoned":
+            await process.stop(grace)
+            logger.info("task %s: its caller is gone; tool stopped", task_id)
+            await self._finish_if_running(
+                task_id, lambda r, now: transitions.cancel(r, now, transitions.ABANDONED_MESSAGE)
+            )
+            return
         if reason == "deadline":
             await process.stop(grace)
             message = f"Tool {tool.name!r} exceeded its maximum run time of {tool.execution.max_run_time_seconds:g}s"
@@ -557,8 +581,8 @@ class LocalRunner:
             await process.stop(grace)
             return
         code = await process.wait()
-        if execution.outcome.done():
-            return
+        if execution.outcome.done() and isinstance(execution.outcome.result(), Finished):
+            return  # it posted its result (a promoted run's outcome says only that it asked for input)
         result = results.exited_without_result(tool.name, code, process.stderr_tail())
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
@@ -611,21 +635,32 @@ class LocalRunner:
 
     # ---------------------------------------------------------------- synchronous runs
 
-    async def run_inline(
-        self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
-    ) -> JsonObject:
+    async def run_inline(self, call: InlineCall) -> JsonObject:
         """Run a tool synchronously (no task) and return its `CallToolResult` (`ToolExecutor`).
+
+        Nothing is written to the task store unless the tool asks for input: then the run becomes a hidden
+        task under this runner's lease (`_promote`), its process is handed to a supervisor as a claimed
+        task's is, and `InputNeeded` names the task so the caller can answer in its next round.
 
         Raises:
             InputNeeded: the tool asked for input mid-run.
             TimeoutError: it did not finish within `syncTimeoutSeconds`.
         """
+        tool = call.tool
         execution = Execution(
-            tool=tool, arguments=arguments, task_id=None, pre_input_responses=dict(pre_input_responses)
+            tool=tool,
+            arguments=call.arguments,
+            task_id=None,
+            pre_input_responses=dict(call.pre_input_responses),
+            owner=call.owner,
+            client_capabilities=call.client_capabilities,
+            offered_responses=dict(call.input_responses),
+            on_progress=call.on_progress,
         )
         process = ToolProcess(tool, self._contract_env(execution), self._runs_dir / f"{execution.execution_id}.stderr")
         grace = tool.execution.cancel_grace_seconds
         self.executions.add(execution)
+        handed_over = False
         try:
             try:
                 await process.start()
@@ -640,15 +675,22 @@ class LocalRunner:
                     if not execution.outcome.done():
                         # Exited first: give a racing result POST a moment, then conclude from the exit.
                         await asyncio.wait({execution.outcome}, timeout=0.05)
-                finished = execution.outcome.done() and isinstance(execution.outcome.result(), Finished)
-                if finished and not exited.done():
+                outcome = execution.outcome.result() if execution.outcome.done() else None
+                if isinstance(outcome, AskedForInput) and outcome.task_id is not None and not exited.done():
+                    self._hand_over(outcome.task_id, tool, process, execution, exited)
+                    handed_over = True
+                    raise InputNeeded(tool.name, outcome.task_id)
+                if isinstance(outcome, Finished) and not exited.done():
                     # The result is in: let the tool finish its own clean-up, as a task's tool may.
                     await asyncio.wait({exited}, timeout=max(grace, 1.0))
             finally:
-                await process.stop(grace)
-                exited.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await exited
+                if not handed_over:
+                    await process.stop(grace)
+                    exited.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await exited
+                    if execution.task_id is not None:  # promoted, then stopped (timeout, caller gone, exit)
+                        await asyncio.shield(self._settle_stopped_promotion(execution.task_id, tool))
             if not execution.outcome.done():
                 return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
@@ -658,8 +700,66 @@ class LocalRunner:
                 return outcome.result
             return error_result(str((outcome.error or {}).get("message", "tool failed")))
         finally:
-            self.executions.remove(execution)
-            process.discard_log()
+            if not handed_over:
+                self.executions.remove(execution)
+                process.discard_log()
+
+    async def _promote(self, execution: Execution, requests: list[tuple[str, JsonObject]]) -> list[str]:
+        """`Promote` for the worker channel: the synchronous run asking for input becomes a hidden task.
+
+        The task is created already claimed by this runner (lease, attempt 1) and parked on `requests`, in
+        one durable write, so no other runner starts it again and the caller's next round finds it.
+        Requests that the call's up-front `inputResponses` answer validly are answered in that same write.
+
+        Raises:
+            InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written).
+        """
+        assert execution.tool is not None and execution.owner is not None  # run_inline sets both
+        now = self.clock()
+        fresh = transitions.new_task(
+            mint_task_id(),
+            execution.owner,
+            execution.tool,
+            execution.arguments,
+            now,
+            execution.pre_input_responses,
+            execution.client_capabilities,
+        )
+        claimed = transitions.claim(inline.hidden(fresh), self.holder, now, self._lease, inline.INLINE_TTL_MS)
+        parked, minted = transitions.add_input_requests(claimed, requests, now)
+        offered = inline.offered_answers(parked, execution.offered_responses)
+        if offered:
+            parked = transitions.answer_input_requests(parked, offered, now)
+        stored = await self.store.create(parked)
+        notify_written(None, stored)
+        execution.task_id = stored.task_id
+        execution.settle(AskedForInput(stored.task_id))
+        logger.info(
+            "synchronous call of %s asked for input; it continues as hidden task %s", stored.tool, stored.task_id
+        )
+        return minted
+
+    def _hand_over(
+        self, task_id: str, tool: ToolSpec, process: ToolProcess, execution: Execution, exited: asyncio.Task[int | None]
+    ) -> None:
+        """Supervise a promoted run's live process as a claimed task's (lease renewal, deadline, cancel)."""
+
+        async def follow() -> None:
+            try:
+                await self._follow(task_id, tool, process, execution, exited)
+            finally:
+                self.executions.remove(execution)
+                process.discard_log()
+
+        self._supervisors[task_id] = asyncio.create_task(
+            self._supervised(task_id, tool, follow()), name=f"task-{task_id}"
+        )
+
+    async def _settle_stopped_promotion(self, task_id: str, tool: ToolSpec) -> None:
+        """A promoted run was stopped before its caller saw the input requests: its hidden task is cancelled."""
+        await self._finish_if_running(
+            task_id, lambda r, now: transitions.cancel(r, now, f"The synchronous call of {tool.name!r} ended first")
+        )
 
     # ---------------------------------------------------------------- expiry
 

@@ -3,7 +3,7 @@
 See `docs/tool-runtime.md` for the plain-HTTP contract behind it.
 """
 
-from mcp_tasks.runtime import contract
+from mcp_tasks.runtime import content, contract
 from mcp_tasks.runtime.tool import (
     ClientLacksCapability,
     InputRequestFailed,
@@ -22,6 +22,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "WorkerApiError",
+    "content",
     "contract",
     "run",
     "text_result",

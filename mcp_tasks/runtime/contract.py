@@ -20,12 +20,17 @@ PATH_INPUT: Final = "/input"
 """GET → `{"arguments": {...}, "inputResponses": {...}, "taskId": str|null, "attempt": int}`."""
 PATH_STATUS: Final = "/status"
 """POST `{"statusMessage": str}` → 204. Shown to clients as the task's `statusMessage`."""
+PATH_PROGRESS: Final = "/progress"
+"""POST `{"progress": number, "total"?: number, "message"?: str}` → 204. A task shows it as its
+`statusMessage`; a synchronous call whose client sent a `progressToken` gets `notifications/progress`."""
 PATH_INPUT_REQUESTS: Final = "/input-requests"
 """POST `{"inputRequests": {suggestedKey: {method, params}}}` → `{"keys": {suggestedKey: mintedKey}}`.
 
-409 for a synchronous run: only a task can wait for input. 412 when the client that created the task did
-not declare the capability a request needs (`elicitation`, `elicitation.url`, `sampling`, `roots`); the
-body says which, and nothing is issued."""
+Methods: `elicitation/create` (form or URL mode), `sampling/createMessage`, `roots/list`. A synchronous
+run that asks is continued as a hidden task its caller answers in multi-round-trip retries. 409 when
+the caller cannot take input rounds (a legacy-era synchronous call). 412 `{"message", "capability"}`
+when the client did not declare the capability a request needs (`elicitation`, `elicitation.url`,
+`elicitation.form`, `sampling`, `roots`); nothing is issued then."""
 PATH_INPUT_RESPONSES: Final = "/input-responses"
 """GET `?keys=a,b&waitMs=N` → `{"inputResponses": {key: response}}`: answers not yet taken, possibly
 partial, after waiting up to `waitMs` (capped by the server) for at least one. Each answer is handed out once."""

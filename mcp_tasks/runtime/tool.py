@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from mcp_tasks.runtime import contract
+from mcp_tasks.runtime import content, contract
 
 Json = dict[str, Any]
 
@@ -52,7 +52,14 @@ class ClientLacksCapability(ToolError):
     the request with "method not found" / "not supported". As a `ToolError` it ends the task `completed`
     with `isError: true` and a message saying what the client must declare, unless the tool catches it
     and does without the input.
+
+    `capability` names what was missing (`elicitation`, `elicitation.url`, `elicitation.form`, `sampling`,
+    `roots`), or is `None` when a legacy-era client refused without saying.
     """
+
+    def __init__(self, message: str, capability: str | None = None) -> None:
+        super().__init__(message)
+        self.capability = capability
 
 
 class InputRequestFailed(ToolError):
@@ -129,7 +136,11 @@ class ToolContext:
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace")
                 if exc.code == _PRECONDITION_FAILED and path == contract.PATH_INPUT_REQUESTS:
-                    raise ClientLacksCapability(detail) from exc
+                    try:
+                        refusal = json.loads(detail)
+                    except ValueError:
+                        refusal = {"message": detail}
+                    raise ClientLacksCapability(str(refusal.get("message")), refusal.get("capability")) from exc
                 if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
                     raise WorkerApiError(exc.code, detail) from exc
             except (urllib.error.URLError, ConnectionError) as exc:
@@ -141,6 +152,20 @@ class ToolContext:
     def report(self, message: str) -> None:
         """Set the task's `statusMessage` (progress for long work; shown on `tasks/get`)."""
         self._call("POST", contract.PATH_STATUS, {"statusMessage": message})
+
+    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress once, for every kind of caller.
+
+        A task shows it as its `statusMessage` (`message`, or "`progress` of `total`"); a synchronous
+        call whose client sent a `progressToken` gets `notifications/progress {progress, total, message}`.
+        `progress` should grow with each report; `total` is optional (unknown).
+        """
+        body: Json = {"progress": progress}
+        if total is not None:
+            body["total"] = total
+        if message is not None:
+            body["message"] = message
+        self._call("POST", contract.PATH_PROGRESS, body)
 
     def ask(self, requests: Mapping[str, Json]) -> dict[str, Json]:
         """Issue input requests and block until every one is answered.
@@ -157,7 +182,7 @@ class ToolContext:
                 request needs (`elicitation`, `elicitation.url`, `sampling`, `roots`); nothing was asked.
                 It is a `ToolError`: unless the tool catches it, the task completes with `isError: true`
                 and this message, which says what the client must declare.
-            WorkerApiError: 409 when this run is synchronous (only a task can wait for input).
+            WorkerApiError: 409 when the caller cannot take input rounds (a legacy-era synchronous call).
         """
         minted: dict[str, str] = self._call("POST", contract.PATH_INPUT_REQUESTS, {"inputRequests": dict(requests)})[
             "keys"
@@ -178,20 +203,37 @@ class ToolContext:
         return answers
 
     def elicit(self, key: str, message: str, properties: Json, required: list[str] | None = None) -> Json:
-        """Ask the user for a form (`elicitation/create`, form mode) and return the `ElicitResult`."""
-        request = {
-            "method": "elicitation/create",
-            "params": {
-                "mode": "form",
-                "message": message,
-                "requestedSchema": {
-                    "type": "object",
-                    "properties": properties,
-                    "required": list(properties) if required is None else required,
-                },
-            },
-        }
-        return self.ask({key: request})[key]
+        """Ask the user for a form (`elicitation/create`, form mode) and return the `ElicitResult`.
+
+        Raises:
+            ClientLacksCapability: the client did not declare `elicitation` (or declared only URL mode).
+        """
+        return self.ask({key: content.form_request(message, properties, required)})[key]
+
+    def elicit_url(self, key: str, message: str, url: str, elicitation_id: str) -> Json:
+        """Send the user to `url` (`elicitation/create`, URL mode) and return the `ElicitResult`.
+
+        Raises:
+            ClientLacksCapability: the client did not declare `elicitation.url`.
+        """
+        return self.ask({key: content.url_request(message, url, elicitation_id)})[key]
+
+    def sample(self, key: str, messages: list[Json], max_tokens: int, **params: Any) -> Json:
+        """Ask the client's model (`sampling/createMessage`) and return the `CreateMessageResult`.
+
+        Raises:
+            ClientLacksCapability: the client did not declare `sampling`.
+        """
+        return self.ask({key: content.sampling_request(messages, max_tokens, **params)})[key]
+
+    def list_roots(self, key: str = "roots") -> list[Json]:
+        """Ask the client for its roots (`roots/list`) and return them (`[{uri, name?}]`).
+
+        Raises:
+            ClientLacksCapability: the client did not declare `roots`.
+        """
+        roots = self.ask({key: content.roots_request()})[key].get("roots")
+        return list(roots) if isinstance(roots, list) else []
 
     def finish(self, result: Json) -> None:
         """Post the final `CallToolResult` (`{content, structuredContent?, isError?}`)."""

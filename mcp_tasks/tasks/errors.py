@@ -35,7 +35,7 @@ class InputCapabilityMissing(TaskError):
 
     def __init__(self, capability: str, method: str) -> None:
         super().__init__(
-            f"the client that created this task did not declare the {capability!r} capability, so it cannot be "
+            f"the client that made this call did not declare the {capability!r} capability, so it cannot be "
             f"sent {method!r}; nothing was asked. Declare it in the request's _meta clientCapabilities to "
             "answer such input"
         )

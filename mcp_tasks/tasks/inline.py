@@ -15,16 +15,23 @@ import logging
 from datetime import datetime, timedelta
 from typing import Final
 
+from mcp_tasks.protocol import inputs
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import Clock, InputNeeded, TaskStore, notify_written, transact
-from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.interfaces import (
+    Clock,
+    InlineCall,
+    InputNeeded,
+    ProgressSink,
+    TaskStore,
+    notify_written,
+    transact,
+)
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
-from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.tasks")
 
@@ -58,6 +65,59 @@ async def keep_watching(store: TaskStore, record: TaskRecord, now: datetime, wat
     return renewed
 
 
+async def await_call(
+    store: TaskStore,
+    task_id: str,
+    timeout_s: float,
+    clock: Clock,
+    watch_s: float = WATCH_S,
+    on_progress: ProgressSink | None = None,
+) -> JsonObject:
+    """Wait up to `timeout_s` seconds for a hidden task's `CallToolResult`, renewing `watched_until` meanwhile.
+
+    Each new numeric progress report of the tool is passed to `on_progress`.
+
+    Raises:
+        InputNeeded: the run is parked in `input_required` with pending `inputRequests` (`task_id` set).
+        TimeoutError: neither happened in time (the task is left running; the caller decides).
+        TaskNotFound: the task is gone.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    reported: JsonObject | None = None
+    while True:
+        record = await store.get(task_id)
+        if on_progress is not None and record.progress is not None and record.progress != reported:
+            reported = record.progress
+            await on_progress(_progress_report(record))
+        outcome = call_outcome(record)
+        if outcome is not None:
+            return outcome
+        if record.status is TaskStatus.INPUT_REQUIRED and record.input_requests:
+            raise InputNeeded(record.tool, task_id)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError(record.tool)
+        await keep_watching(store, record, clock(), watch_s)
+        await store.wait_for_change(min(remaining, 1.0), task_id)
+
+
+def _progress_report(record: TaskRecord) -> JsonObject:
+    report = dict(record.progress or {})
+    if record.status_message:
+        report["message"] = record.status_message
+    return report
+
+
+async def cancel_hidden(store: TaskStore, task_id: str, why: str, clock: Clock) -> None:
+    """Ask the executor to stop a hidden task (cooperative cancel); a task already gone is fine."""
+    logger.info("cancelling hidden task %s: %s", task_id, why)
+    try:
+        await transact(store, task_id, lambda r: (transitions.request_cancel(r, "gateway", clock()), None))
+    except TaskNotFound:
+        return
+
+
 class TaskBackedExecutor:
     """A `ToolExecutor` that runs each synchronous call as a hidden task in `store`.
 
@@ -72,53 +132,80 @@ class TaskBackedExecutor:
         self.clock = clock
         self.watch_s = watch_s
 
-    async def run_inline(
-        self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
-    ) -> JsonObject:
+    async def run_inline(self, call: InlineCall) -> JsonObject:
         """Create a task, wait up to `syncTimeoutSeconds` for it to finish, return its `CallToolResult`.
 
         Raises:
-            InputNeeded: the tool asked for input mid-run (the task is cancelled).
+            InputNeeded: the tool asked for input mid-run; the task stays parked for the caller's next
+                round, or is cancelled when `call.client_capabilities` is `None` (no rounds possible).
             TimeoutError: it did not finish in time (the task is cancelled).
         """
-        fresh = transitions.new_task(mint_task_id(), owner, tool, arguments, self.clock(), pre_input_responses)
+        tool = call.tool
+        fresh = transitions.new_task(
+            mint_task_id(),
+            call.owner,
+            tool,
+            call.arguments,
+            self.clock(),
+            call.pre_input_responses,
+            call.client_capabilities,
+        )
         record = await self.store.create(hidden(fresh, self.watch_s))
         notify_written(None, record)
+        timeout_s = tool.execution.sync_timeout_seconds
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        offered = dict(call.input_responses)
         try:
-            return await self._await(record, tool)
+            while True:
+                remaining = deadline - asyncio.get_running_loop().time()
+                try:
+                    return await await_call(
+                        self.store, record.task_id, max(remaining, 0.0), self.clock, self.watch_s, call.on_progress
+                    )
+                except InputNeeded:
+                    if call.client_capabilities is None:
+                        why = "asked for input in a call without rounds"
+                        await cancel_hidden(self.store, record.task_id, why, self.clock)
+                        raise InputNeeded(tool.name) from None
+                    if not offered or not await answer_offered(self.store, record.task_id, offered, self.clock):
+                        raise
+                    offered = {}  # used once: what the tool asks next goes to the caller
+        except TimeoutError:
+            why = f"exceeded the synchronous wait of {timeout_s:g}s"
+            await cancel_hidden(self.store, record.task_id, why, self.clock)
+            raise
         except asyncio.CancelledError:  # the caller is gone (client disconnected, server stopping)
             try:
-                await asyncio.shield(self._cancel(record, "its caller went away"))
+                await asyncio.shield(cancel_hidden(self.store, record.task_id, "its caller went away", self.clock))
             except Exception as exc:  # the store is down: the task then runs out its own deadline
                 logger.warning("could not cancel hidden task %s: %s", record.task_id, exc)
             raise
 
-    async def _await(self, record: TaskRecord, tool: ToolSpec) -> JsonObject:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + tool.execution.sync_timeout_seconds
-        while True:
-            record = await self.store.get(record.task_id)
-            outcome = call_outcome(record)
-            if outcome is not None:
-                return outcome
-            if record.status is TaskStatus.INPUT_REQUIRED:
-                await self._cancel(record, "asked for input during a synchronous call")
-                raise InputNeeded(tool.name)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                await self._cancel(record, f"exceeded the synchronous wait of {tool.execution.sync_timeout_seconds:g}s")
-                raise TimeoutError(tool.name)
-            await keep_watching(self.store, record, self.clock(), self.watch_s)
-            await self.store.wait_for_change(min(remaining, 1.0), record.task_id)
 
-    async def _cancel(self, record: TaskRecord, why: str) -> None:
-        logger.info("cancelling hidden task %s: %s", record.task_id, why)
-        try:
-            await transact(
-                self.store, record.task_id, lambda r: (transitions.request_cancel(r, "gateway", self.clock()), None)
-            )
-        except TaskNotFound:
-            return
+def offered_answers(record: TaskRecord, offered: JsonObject) -> JsonObject:
+    """The answers among `offered` that fit a pending input request of `record` (the rest are ignored)."""
+    return {
+        key: answer
+        for key, answer in offered.items()
+        if key in record.input_requests
+        and inputs.response_problem(str(record.input_requests[key].get("method")), answer) is None
+    }
+
+
+async def answer_offered(store: TaskStore, task_id: str, offered: JsonObject, clock: Clock) -> bool:
+    """Answer a parked run's pending requests from responses offered up front; True when any fitted."""
+    applied: list[bool] = []
+
+    def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+        fitting = offered_answers(record, offered)
+        applied[:] = [bool(fitting)]
+        return (transitions.answer_input_requests(record, fitting, clock()) if fitting else record), None
+
+    try:
+        await transact(store, task_id, change)
+    except TaskNotFound:
+        return False
+    return bool(applied and applied[0])
 
 
 def call_outcome(record: TaskRecord) -> JsonObject | None:

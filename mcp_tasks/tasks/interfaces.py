@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
@@ -135,22 +135,57 @@ class ArtifactStore(Protocol):
 
 
 class InputNeeded(Exception):
-    """A synchronous run asked for input mid-run; only a task can wait for the answer."""
+    """A synchronous run asked for input mid-run.
+
+    `task_id` names the durable execution now waiting for the answers (its `inputRequests` are pending),
+    which the caller answers with a multi-round-trip retry (SEP-2322); `None` when the caller can take
+    no input rounds (a legacy-era call) and the run was stopped.
+    """
+
+    def __init__(self, tool: str, task_id: str | None = None) -> None:
+        super().__init__(tool)
+        self.tool = tool
+        self.task_id = task_id
+
+
+ProgressSink = Callable[[JsonObject], Awaitable[None]]
+"""Where a synchronous caller hears of its run's progress: called with `{progress, total?, message?}`."""
+
+
+@dataclass(frozen=True, slots=True)
+class InlineCall:
+    """One synchronous `tools/call` for a `ToolExecutor`.
+
+    Attributes:
+        tool, arguments, owner: what to run, with which (validated) arguments, for whom.
+        pre_input_responses: answers to the tool's `inputBeforeTask` requests, by key (may be empty).
+        client_capabilities: the calling request's. A run that asks for input becomes a durable (hidden)
+            task owned by `owner`, parked in `input_required`, never asking a kind of input these lack;
+            `None` (a legacy-era caller, which has no input rounds) stops such a run instead.
+        input_responses: answers the request offered up front (`inputResponses` without `requestState`,
+            SEP-2322); an ask whose key they answer validly is answered from them at once.
+        on_progress: hears the tool's numeric progress reports while the call waits.
+    """
+
+    tool: ToolSpec
+    arguments: JsonObject
+    owner: Owner
+    pre_input_responses: JsonObject = field(default_factory=dict)
+    client_capabilities: JsonObject | None = None
+    input_responses: JsonObject = field(default_factory=dict)
+    on_progress: ProgressSink | None = None
 
 
 class ToolExecutor(Protocol):
     """Runs a tool synchronously (no task) for `tools/call` requests that are not task-augmented."""
 
-    async def run_inline(
-        self, tool: ToolSpec, arguments: JsonObject, owner: Owner, pre_input_responses: JsonObject
-    ) -> JsonObject:
-        """Run `tool` to completion within `tool.execution.sync_timeout_seconds` and return its `CallToolResult`.
-
-        `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (may be empty).
+    async def run_inline(self, call: InlineCall) -> JsonObject:
+        """Run `call.tool` within its `sync_timeout_seconds` and return its `CallToolResult`.
 
         Raises:
-            InputNeeded: the tool asked for input, which a synchronous call cannot deliver.
-            TimeoutError: the run exceeded its bounded wait.
+            InputNeeded: the tool asked for input; `task_id` names the parked run, or is `None` when
+                `call.client_capabilities` is `None` (the run was stopped).
+            TimeoutError: the run exceeded its bounded wait (it was stopped).
         """
         ...
 
@@ -224,7 +259,9 @@ __all__ = [
     "Artifact",
     "ArtifactStore",
     "Clock",
+    "InlineCall",
     "InputNeeded",
+    "ProgressSink",
     "TaskStore",
     "ToolCatalog",
     "ToolExecutor",

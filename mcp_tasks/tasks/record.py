@@ -78,6 +78,8 @@ class TaskRecord:
     `result` is the inlined `CallToolResult` (≤ the inline cap; larger results are artifacts) and
     `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`. `version` is the store's opaque
     CAS token (a row counter in SQLite, `metadata.resourceVersion` in Kubernetes): compare it only for equality.
+    `progress` is the tool's last numeric report `{progress, total?}` (a synchronous caller's
+    `notifications/progress`); clients of a task see it only as `status_message`.
     """
 
     task_id: TaskId
@@ -90,6 +92,7 @@ class TaskRecord:
     ttl_ms: int
     poll_interval_ms: int
     status_message: str | None = None
+    progress: JsonObject | None = None
     input_requests: dict[str, JsonObject] = field(default_factory=dict)
     issued_input_keys: tuple[str, ...] = ()
     input_responses: dict[str, JsonObject] = field(default_factory=dict)

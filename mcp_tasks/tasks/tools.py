@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError
 from mcp_types import Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mcp_tasks.protocol import constants
+from mcp_tasks.protocol import constants, param_headers
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.errors import InvalidToolManifest
 
@@ -139,6 +139,8 @@ class ToolSpec:
     tool: Tool
     source: str
     base_dir: str | None = None
+    header_bindings: tuple[param_headers.HeaderBinding, ...] = ()
+    """Arguments mirrored into `Mcp-Param-*` headers (`x-mcp-header`, SEP-2243)."""
     validator: Draft202012Validator = field(repr=False, compare=False, default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -153,6 +155,25 @@ class ToolSpec:
     def execution(self) -> ExecutionSpec:
         """Execution policy and limits."""
         return self.manifest.execution
+
+    def result_errors(self, result: JsonObject) -> list[str]:
+        """Check a successful `CallToolResult` against `outputSchema`; return readable messages.
+
+        A tool that declares `outputSchema` must return `structuredContent` that validates against it
+        (MCP 2026-07-28 `server/tools` Output Schema); a result with `isError: true` is not checked.
+        """
+        schema = self.manifest.output_schema
+        if schema is None or result.get("isError"):
+            return []
+        if "structuredContent" not in result:
+            return ["the tool declares outputSchema, so its result must carry structuredContent"]
+        validator = Draft202012Validator(schema)
+        return [
+            f"structuredContent/{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {_clip(error.message)}"
+            for error in sorted(
+                validator.iter_errors(result["structuredContent"]), key=lambda e: list(e.absolute_path)
+            )[:10]
+        ]
 
     def argument_errors(self, arguments: JsonObject) -> list[str]:
         """Validate `arguments` against `inputSchema`; return readable messages (empty when valid)."""
@@ -188,6 +209,10 @@ def parse_manifest(document: Any, source: str, base_dir: str | None = None) -> T
     for key, request in spec.input_before_task.items():
         if request.method not in constants.INPUT_METHOD_CAPABILITY:
             raise InvalidToolManifest(f"{source}: spec.inputBeforeTask.{key}.method is not an input request method")
+    try:
+        header_bindings = param_headers.bindings(spec.input_schema)
+    except param_headers.InvalidHeaderAnnotation as exc:
+        raise InvalidToolManifest(f"{source}: tool {spec.name!r}: invalid inputSchema: {exc}") from exc
     tool = Tool(
         name=spec.name,
         title=spec.title,
@@ -196,4 +221,4 @@ def parse_manifest(document: Any, source: str, base_dir: str | None = None) -> T
         output_schema=spec.output_schema,
         annotations=ToolAnnotations.model_validate(spec.annotations) if spec.annotations else None,
     )
-    return ToolSpec(manifest=spec, tool=tool, source=source, base_dir=base_dir)
+    return ToolSpec(manifest=spec, tool=tool, source=source, base_dir=base_dir, header_bindings=header_bindings)

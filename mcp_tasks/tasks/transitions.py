@@ -308,13 +308,23 @@ def watch(record: TaskRecord, until: datetime) -> TaskRecord:
     return dataclasses.replace(record, watched_until=until)
 
 
+def await_next_round(record: TaskRecord, until: datetime) -> TaskRecord:
+    """A parked hidden task's caller answers in a later round, due by `until` (its `requestState` expiry):
+    it is watched exactly until then, neither less nor more; a terminal task is left as it is.
+    """
+    if record.status.is_terminal or record.watched_until is None:
+        return record
+    return dataclasses.replace(record, watched_until=until)
+
+
 def is_abandoned(record: TaskRecord, now: datetime) -> bool:
     """True for an unfinished hidden task whose caller stopped renewing `watched_until` (it crashed)."""
     return not record.status.is_terminal and record.watched_until is not None and record.watched_until < now
 
 
 ABANDONED_MESSAGE: Final = (
-    "Cancelled: the call waiting for it ended (its gateway stopped), so nobody can read its result"
+    "Cancelled: nobody is waiting for this call any more (its caller went away, or did not answer its "
+    "input requests before its requestState expired), so nobody can read its result"
 )
 
 
@@ -323,6 +333,15 @@ def set_status_message(record: TaskRecord, message: str | None, now: datetime) -
     if record.status.is_terminal:
         raise IllegalTransition(f"task {record.task_id} is {record.status}; its statusMessage is final")
     return dataclasses.replace(record, status_message=message, last_updated_at=now)
+
+
+def report_progress(
+    record: TaskRecord, progress: float, total: float | None, message: str | None, now: datetime
+) -> TaskRecord:
+    """Record a numeric progress report; `statusMessage` becomes `message`, or `"<progress> of <total>"`."""
+    numbers: JsonObject = {"progress": progress} if total is None else {"progress": progress, "total": total}
+    shown = message or (f"{progress:g} of {total:g}" if total is not None else f"{progress:g}")
+    return _move(record, record.status, now, status_message=shown[:STATUS_MESSAGE_LIMIT], progress=numbers)
 
 
 def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:

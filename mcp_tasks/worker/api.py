@@ -8,9 +8,10 @@ semantics live in `WorkerChannel` (worker.channel); this module only speaks HTTP
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, TypeGuard
 
 from aiohttp import web
 
@@ -98,8 +99,29 @@ async def post_status(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+def _number(value: object) -> TypeGuard[float]:
+    """A finite JSON number (not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+async def post_progress(request: web.Request) -> web.Response:
+    """POST /progress {progress, total?, message?} → 204."""
+    execution = await _execution(request)
+    body = await _json_body(request)
+    progress, total, message = body.get("progress"), body.get("total"), body.get("message")
+    if not _number(progress) or (total is not None and not _number(total)):
+        return web.Response(status=400, text="progress (and total, when given) must be numbers")
+    if message is not None and not isinstance(message, str):
+        return web.Response(status=400, text="message must be a string")
+    try:
+        await request.app[CHANNEL_KEY].report_progress(execution, progress, total if _number(total) else None, message)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
+    return web.Response(status=204)
+
+
 async def post_input_requests(request: web.Request) -> web.Response:
-    """POST /input-requests {inputRequests} → {keys: {suggested: minted}}."""
+    """POST /input-requests {inputRequests} → {keys: {suggested: minted}}; 412 `{message, capability}`."""
     execution = await _execution(request)
     body = await _json_body(request)
     requests = body.get("inputRequests")
@@ -108,6 +130,8 @@ async def post_input_requests(request: web.Request) -> web.Response:
     try:
         keys = await request.app[CHANNEL_KEY].ask(execution, requests)
     except ChannelError as error:
+        if error.capability is not None:
+            return web.json_response({"message": str(error), "capability": error.capability}, status=error.status)
         return web.Response(status=error.status, text=str(error))
     return web.json_response({"keys": keys})
 
@@ -203,6 +227,7 @@ def create_worker_app(
     base = "/v1/executions/{execution_id}"
     app.router.add_get(base + contract.PATH_INPUT, get_input)
     app.router.add_post(base + contract.PATH_STATUS, post_status)
+    app.router.add_post(base + contract.PATH_PROGRESS, post_progress)
     app.router.add_post(base + contract.PATH_INPUT_REQUESTS, post_input_requests)
     app.router.add_get(base + contract.PATH_INPUT_RESPONSES, get_input_responses)
     app.router.add_post(base + contract.PATH_RESULT, post_result)

@@ -3,14 +3,15 @@
 Implements the runtime contract's semantics (`runtime.contract`): status messages, input requests
 with server-minted keys, hand-out of answers written by `tasks/update`, and the final result or
 error, sized against the inline cap (larger results become artifacts). Synchronous runs use the same
-calls but settle a future instead of a task record, and cannot ask for input.
+calls but settle a future instead of a task record; one that asks for input is promoted (`Promote`)
+to a hidden task owned by its caller, so the caller can answer in multi-round-trip retries (SEP-2322).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Final
 
@@ -31,13 +32,22 @@ _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 Transition = Callable[[TaskRecord, datetime], TaskRecord]
 
+Promote = Callable[[Execution, list[tuple[str, JsonObject]]], Awaitable[list[str]]]
+"""Turn a synchronous execution that asks for input into a hidden task parked on these requests
+(`(suggested key, {method, params})`); returns the minted keys. Raises `InputCapabilityMissing` (nothing
+is created) when the caller did not declare a capability a request needs."""
+
 
 class ChannelError(Exception):
-    """A worker-API call that cannot be honoured; `status` is the HTTP status to answer."""
+    """A worker-API call that cannot be honoured; `status` is the HTTP status to answer.
 
-    def __init__(self, status: int, message: str) -> None:
+    `capability` names the client capability a refused input request needs (412 only).
+    """
+
+    def __init__(self, status: int, message: str, capability: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.capability = capability
 
 
 def _validate_input_requests(requests: Mapping[str, object]) -> list[tuple[str, JsonObject]]:
@@ -66,13 +76,23 @@ class WorkerChannel:
         artifacts: where results over `inline_result_max_bytes` go.
         clock: UTC time source.
         inline_result_max_bytes: largest result kept inline in the record and the response, in bytes.
+        promote: how a synchronous run that asks for input becomes a hidden task; without it (the
+            operator, whose runs are all tasks) such a run is refused (409).
     """
 
-    def __init__(self, store: TaskStore, artifacts: ArtifactStore, clock: Clock, inline_result_max_bytes: int) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        artifacts: ArtifactStore,
+        clock: Clock,
+        inline_result_max_bytes: int,
+        promote: Promote | None = None,
+    ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.clock = clock
         self.inline_result_max_bytes = inline_result_max_bytes
+        self.promote = promote
 
     async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
         assert execution.task_id is not None  # callers check synchronous runs first
@@ -90,31 +110,58 @@ class WorkerChannel:
             return
         await self._change(execution, lambda r, now: transitions.set_status_message(r, message[:1000], now))
 
+    async def report_progress(
+        self, execution: Execution, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """A numeric progress report: the synchronous caller's sink hears it; a task records it
+        (`statusMessage`, and `progress` for a hidden task's waiting caller).
+        """
+        if execution.task_id is None:
+            if execution.on_progress is not None:
+                report: JsonObject = {"progress": progress}
+                if total is not None:
+                    report["total"] = total
+                if message is not None:
+                    report["message"] = message[:1000]
+                await execution.on_progress(report)
+            return
+        await self._change(
+            execution, lambda r, now: transitions.report_progress(r, progress, total, message and message[:1000], now)
+        )
+
     async def ask(self, execution: Execution, requests: Mapping[str, object]) -> dict[str, str]:
         """Issue input requests; return suggested key → minted key.
 
+        A synchronous run's first ask promotes it to a hidden task (`Promote`) parked on these requests,
+        so its caller gets them as an `InputRequiredResult`; a run whose caller can take no input rounds
+        is refused.
+
         Raises:
-            ChannelError: 400 for malformed requests; 409 for a synchronous run or a finished task; 412 when
-                the client that created the task did not declare the capability a request needs (MCP
-                2026-07-28: no input request of an undeclared kind); nothing is issued then.
+            ChannelError: 400 for malformed requests; 409 for a run that cannot wait for input or a finished
+                task; 412 when the client that created the task (or made the call) did not declare the
+                capability a request needs (MCP 2026-07-28: no input request of an undeclared kind; nothing
+                is issued then, and `capability` names it).
         """
         checked = _validate_input_requests(requests)
-        if execution.task_id is None:
-            execution.settle(AskedForInput())
-            raise ChannelError(409, "a synchronous run cannot ask for input; the tool must run as a task")
-        minted: list[str] = []
-
-        def change(record: TaskRecord) -> tuple[TaskRecord, None]:
-            updated, keys = transitions.add_input_requests(record, checked, self.clock())
-            minted[:] = keys
-            return updated, None
-
         try:
-            await transact(self.store, execution.task_id, change)
+            if execution.task_id is None:
+                if execution.client_capabilities is None or self.promote is None:
+                    execution.settle(AskedForInput())
+                    raise ChannelError(409, "this call cannot wait for input (its client has no input rounds)")
+                minted = await self.promote(execution, checked)
+            else:
+                minted = []
+
+                def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+                    updated, keys = transitions.add_input_requests(record, checked, self.clock())
+                    minted[:] = keys
+                    return updated, None
+
+                await transact(self.store, execution.task_id, change)
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
         except InputCapabilityMissing as exc:
-            raise ChannelError(412, str(exc)) from exc
+            raise ChannelError(412, str(exc), capability=exc.capability) from exc
         return {suggested: key for (suggested, _), key in zip(checked, minted, strict=True)}
 
     async def take_responses(self, execution: Execution, keys: list[str], wait_s: float) -> JsonObject:
@@ -148,6 +195,11 @@ class WorkerChannel:
             ChannelError: 400 for a malformed body, 409 when the execution already finished.
         """
         outcome = self._parse_outcome(body)
+        problems = (
+            [] if outcome.result is None or execution.tool is None else execution.tool.result_errors(outcome.result)
+        )
+        if problems:
+            raise ChannelError(400, "result does not match the tool's outputSchema: " + "; ".join(problems))
         if execution.task_id is None:
             if outcome.result is not None and len(results.encode(outcome.result)) > self.inline_result_max_bytes:
                 outcome = Finished(

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks.interfaces import ProgressSink
+from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.tools import ToolSpec
 
 
@@ -30,7 +32,11 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class AskedForInput:
-    """A synchronous run asked for input, which only a task can wait for."""
+    """A synchronous run asked for input: it now runs as hidden task `task_id`, parked for the caller's
+    next round (SEP-2322), or `task_id` is `None` when its caller can take no rounds (it must stop).
+    """
+
+    task_id: str | None = None
 
 
 Outcome = Finished | AskedForInput
@@ -40,7 +46,11 @@ Outcome = Finished | AskedForInput
 class Execution:
     """One tool process's view on the worker API.
 
-    `task_id` is `None` for a synchronous run; `outcome` resolves when the tool posts its result.
+    `task_id` is `None` for a synchronous run until it asks for input and becomes a hidden task (then it
+    names that task); `outcome` resolves when the tool posts its result or, for a synchronous run, asks.
+    `owner` and `client_capabilities` are the synchronous caller's: `None` capabilities mean the caller
+    can take no input rounds (a legacy-era call); `offered_responses` are the answers its request
+    offered up front (SEP-2322). `on_progress` hears the synchronous run's progress.
     """
 
     tool: ToolSpec | None
@@ -51,6 +61,10 @@ class Execution:
     execution_id: str = field(default_factory=lambda: secrets.token_hex(8))
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     traceparent: str | None = None
+    owner: Owner | None = None
+    client_capabilities: JsonObject | None = None
+    offered_responses: JsonObject = field(default_factory=dict)
+    on_progress: ProgressSink | None = None
     outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def authorizes(self, presented: str) -> bool:

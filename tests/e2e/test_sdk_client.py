@@ -42,6 +42,16 @@ async def test_sdk_client_calls_a_sync_tool_without_a_task(embedded: Embedded) -
     assert await embedded.store.count() == 0
 
 
+async def test_hello_world_in_input_rounds_for_an_sdk_client_without_the_extension(embedded: Embedded) -> None:
+    """SEP-2322 on an ordinary call: the SDK answers the `InputRequiredResult` with its elicitation
+    callback and retries with `inputResponses` + `requestState`; the same run greets. No task is shown."""
+    async with Client(embedded.url, elicitation_callback=answering({"name": "Luca"}), cache=None) as client:
+        result = await client.call_tool("hello_world", {})
+    assert result.content[0].text == "Hello, Luca!"  # type: ignore[union-attr]
+    assert result.is_error is False
+    assert await embedded.store.count() == 1  # the one hidden task that held the run between rounds
+
+
 async def test_hello_world_flow_of_the_sep_with_the_sdk_client(embedded: Embedded) -> None:
     """SEP-2663 Example Message Flow: task → input_required (key `name`) → tasks/update → `Hello, Luca!`."""
     seen: list[GetTaskResult] = []

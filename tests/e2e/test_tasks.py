@@ -109,13 +109,6 @@ async def test_a_task_past_its_maximum_run_time_fails(mcp: McpHttp) -> None:
     assert "maximum run time" in done["statusMessage"]
 
 
-async def test_a_synchronous_run_that_asks_for_input_needs_the_tasks_extension(mcp: McpHttp) -> None:
-    """Our choice: a non-task run cannot wait for input, so the client is told to declare tasks (-32021)."""
-    reply = await mcp.call_tool("asker", {}, caps={"elicitation": {}})
-    assert reply.status == 400
-    assert reply.error["code"] == jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY
-
-
 async def test_optional_tool_runs_synchronously_for_a_non_declaring_client(mcp: McpHttp, embedded: Embedded) -> None:
     """SEP-2663: never `resultType: "task"` to a request that did not declare the extension."""
     reply = await mcp.call_tool("slow_compute", {"seconds": 0, "label": "sync"}, caps=PLAIN_CAPS)

@@ -56,7 +56,7 @@ async def test_tools_list_follows_kubectl_apply_and_delete(
     table = control_plane.kubectl("get", "mcptools", "-n", namespace).splitlines()
     assert table[0].split() == ["NAME", "TOOL", "VALID", "IMAGE", "POLICY", "AGE"]
     assert any(
-        line.split()[:4] == ["hello-world", "hello_world", "ghcr.io/mcp-tasks/examples:0.1.0", "required"]
+        line.split()[:4] == ["hello-world", "hello_world", "ghcr.io/mcp-tasks/examples:0.1.0", "optional"]
         for line in table
     )
 

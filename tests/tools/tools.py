@@ -76,7 +76,22 @@ def traced(ctx: ToolContext) -> str:
     return os.environ.get("TRACEPARENT", "")
 
 
+def bad_structured(ctx: ToolContext) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": "count: many"}], "structuredContent": {"count": "many"}}
+
+
+def good_structured(ctx: ToolContext) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": "count: 3"}], "structuredContent": {"count": 3}}
+
+
+def region_echo(ctx: ToolContext) -> str:
+    return f"region={ctx.arguments.get('target', {}).get('region')}"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
+    "bad_structured": bad_structured,
+    "good_structured": good_structured,
+    "region_echo": region_echo,
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
     "stubborn": stubborn,

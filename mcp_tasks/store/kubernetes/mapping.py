@@ -142,6 +142,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         retention_ms=spec.ttl_ms,
         poll_interval_ms=spec.poll_interval_ms,
         status_message=status.status_message,
+        progress=status.progress,
         input_requests=pending,
         issued_input_keys=tuple(status.issued_input_keys),
         input_responses=unconsumed,
@@ -229,6 +230,7 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
     new_status = McpTaskStatus(
         task_status=phase,
         status_message=record.status_message,
+        progress=record.progress,
         last_updated_at=iso_ms(record.last_updated_at),
         ttl_ms=None if record.ttl_ms == new_spec.ttl_ms else record.ttl_ms,
         input_requests={**kept_requests, **record.input_requests},

@@ -137,6 +137,8 @@ class McpTaskStatus(_Resource):
 
     task_status: TaskPhase = Field(TaskPhase.WORKING, alias="taskStatus")
     status_message: str | None = Field(None, alias="statusMessage")
+    progress: JsonObject | None = None
+    """The tool's last numeric progress report `{progress, total?}`."""
     last_updated_at: str | None = Field(None, alias="lastUpdatedAt")
     ttl_ms: int | None = Field(None, alias="ttlMs", gt=0)
     """Current retention in ms from `createdAt`; raised while the task runs (SEP-2663: ttlMs may change)."""

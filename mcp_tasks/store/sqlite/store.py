@@ -55,6 +55,7 @@ def _encode_body(record: TaskRecord) -> str:
     body: JsonObject = {
         "arguments": record.arguments,
         "statusMessage": record.status_message,
+        "progress": record.progress,
         "pollIntervalMs": record.poll_interval_ms,
         "inputRequests": record.input_requests,
         "issuedInputKeys": list(record.issued_input_keys),
@@ -111,6 +112,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         ttl_ms=ttl_ms,
         poll_interval_ms=data["pollIntervalMs"],
         status_message=data.get("statusMessage"),
+        progress=data.get("progress"),
         input_requests=data.get("inputRequests") or {},
         issued_input_keys=tuple(data.get("issuedInputKeys") or ()),
         input_responses=data.get("inputResponses") or {},

@@ -1,0 +1,146 @@
+"""Input for a synchronous `tools/call` that asks mid-run: multi-round-trip requests (SEP-2322).
+
+A client without the tasks extension still gets every tool. When its synchronous run asks for input,
+the executor keeps the run going as a hidden task parked in `input_required` (`ToolExecutor.run_inline`
+raises `InputNeeded`), and the call answers an `InputRequiredResult`: the pending `inputRequests` and a
+`requestState` bound to the principal, the tool, the arguments, that hidden task and the keys asked.
+The client's retry (`inputResponses` + `requestState`, on any gateway replica) writes the answers to
+the task through the store, as `tasks/update` does, and waits for the same run's next step: another
+round or the final `CallToolResult`. One durable execution, not a restart.
+
+SEP-2322 rules kept here: missing answers are asked again; answers to keys not pending are ignored; an
+answer that does not fit its request is -32602; a state that is tampered with, foreign, expired or
+names a run that has ended is -32602. While parked, the run is watched until the state expires
+(`watched_until`), after which its executor stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Final
+
+from mcp_tasks.gateway import request_state
+from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.tasks import inline, transitions
+from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.interfaces import InputNeeded, transact
+from mcp_tasks.tasks.results import error_result
+from mcp_tasks.tasks.tools import ToolSpec
+
+ENDED: Final = (
+    "Invalid params: requestState names a call that has already ended (finished, cancelled or expired); "
+    "call the tool again without requestState"
+)
+
+CLIENT_GONE_POLL_S: Final = 0.25
+"""How often a waiting round checks that its client is still connected, in seconds."""
+
+
+async def continue_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, run: str) -> JsonObject:
+    """A retry carrying a verified `requestState` of run `run`: apply the answers, wait for the next step.
+
+    Returns a `CallToolResult` or the next `InputRequiredResult`.
+
+    Raises:
+        InvalidParams: `inputResponses` is not an object, an answer does not fit its request (the message
+            names the key), or the run has ended (-32602).
+    """
+    try:
+        record = await ctx.services.store.get(run, ctx.owner)
+    except TaskNotFound as exc:
+        raise InvalidParams(ENDED) from exc
+    if record.status.is_terminal:
+        raise InvalidParams(ENDED)
+    responses = ctx.params.get("inputResponses")
+    if "inputResponses" in ctx.params and not isinstance(responses, dict):
+        raise InvalidParams("Invalid params: inputResponses must be an object of key → response")
+    if responses:
+        now = ctx.services.clock
+        try:
+            await transact(
+                ctx.services.store,
+                run,
+                lambda r: (transitions.answer_input_requests(r, responses, now()), None),
+                owner=ctx.owner,
+            )
+        except TaskNotFound as exc:
+            raise InvalidParams(ENDED) from exc
+    return await follow_run(ctx, tool, arguments, run)
+
+
+async def follow_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, run: str) -> JsonObject:
+    """Wait (up to the tool's `syncTimeoutSeconds`) for run `run` to finish or ask; answer accordingly.
+
+    A run past the wait, or whose client left, is cancelled and answered with an `isError` result.
+    """
+    timeout_s = tool.execution.sync_timeout_seconds
+    services = ctx.services
+    waiting = asyncio.ensure_future(
+        inline.await_call(
+            services.store, run, timeout_s, services.clock, services.settings.caller_watch_s, ctx.progress
+        )
+    )
+    try:
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=CLIENT_GONE_POLL_S)
+            if not waiting.done() and ctx.client_gone():
+                waiting.cancel()
+                await inline.cancel_hidden(services.store, run, "its client closed the connection", services.clock)
+                return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: the client closed the connection"))
+        result = waiting.result()
+    except InputNeeded:
+        return await ask_caller(ctx, tool, arguments, run)
+    except TimeoutError:
+        await inline.cancel_hidden(
+            services.store, run, f"exceeded the synchronous wait of {timeout_s:g}s", services.clock
+        )
+        return ctx.complete(
+            error_result(
+                f"Tool {tool.name!r} did not finish within {timeout_s:g}s; "
+                "call it with the tasks extension to run it as a task"
+            )
+        )
+    except TaskNotFound:
+        return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: its run is gone"))
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    return ctx.complete(dict(result))
+
+
+async def ask_caller(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, run: str) -> JsonObject:
+    """The `InputRequiredResult` of run `run`, parked on its pending `inputRequests`.
+
+    The run stays watched until the `requestState` issued here expires, so a client that never comes back
+    leaves nothing running past that.
+    """
+    settings = ctx.services.settings
+    until = ctx.services.clock() + timedelta(seconds=settings.request_state_ttl_s)
+    try:
+        record, _ = await transact(ctx.services.store, run, lambda r: (transitions.await_next_round(r, until), None))
+    except TaskNotFound:
+        return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: its run is gone"))
+    outcome = inline.call_outcome(record)
+    if outcome is not None:
+        return ctx.complete(outcome)
+    if not record.input_requests:  # answered meanwhile (a concurrent round): wait for what comes next
+        return await follow_run(ctx, tool, arguments, run)
+    state = request_state.issue(
+        settings.request_state_secret,
+        ctx.owner,
+        tool.name,
+        arguments,
+        settings.request_state_ttl_s,
+        run=run,
+        keys=list(record.input_requests),
+    )
+    return ctx.complete(
+        {
+            "resultType": constants.RESULT_TYPE_INPUT_REQUIRED,
+            "inputRequests": {key: dict(request) for key, request in record.input_requests.items()},
+            "requestState": state,
+        }
+    )

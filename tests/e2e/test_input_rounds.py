@@ -1,0 +1,257 @@
+"""Every client gets every tool: multi-round-trip input on ordinary calls (SEP-2322), capability-aware
+input requests, progress on the POST's stream, custom headers and structured results, on the embedded
+server over a real socket with real tool processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp_types import jsonrpc
+
+from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks.interfaces import add_write_observer
+from mcp_tasks.tasks.record import TaskRecord
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, start_embedded
+
+FORM_CAPS: dict[str, Any] = {"elicitation": {}}
+
+
+def accept(**content: Any) -> dict[str, Any]:
+    return {"action": "accept", "content": content}
+
+
+async def test_a_client_without_the_tasks_extension_answers_a_run_in_rounds(mcp: McpHttp, embedded: Embedded) -> None:
+    """R1 → `InputRequiredResult`; R2 answers and the same run asks again under a fresh key and a new
+    `requestState`; R3 → the final result. One durable execution: one hidden task, never restarted."""
+    first = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
+    assert first["resultType"] == "input_required"
+    assert list(first["inputRequests"]) == ["q"]
+    assert first["inputRequests"]["q"]["method"] == "elicitation/create"
+    state = first["requestState"]
+    assert isinstance(state, str) and "taskId" not in first
+
+    second = (
+        await mcp.call_tool(
+            "asker", {}, caps=FORM_CAPS, extra={"inputResponses": {"q": accept(a="A")}, "requestState": state}
+        )
+    ).result
+    assert second["resultType"] == "input_required"
+    (key,) = second["inputRequests"]
+    assert key != "q", "an input key is never reused within the run's life"
+    assert second["requestState"] != state
+
+    third = (
+        await mcp.call_tool(
+            "asker",
+            {},
+            caps=FORM_CAPS,
+            extra={"inputResponses": {key: accept(b="B")}, "requestState": second["requestState"]},
+        )
+    ).result
+    assert third["resultType"] == "complete"
+    assert third["content"][0]["text"] == "A B"
+    assert await embedded.store.count() == 1
+
+
+async def test_missing_answers_are_asked_again_and_unknown_keys_ignored(mcp: McpHttp) -> None:
+    first = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
+    again = (
+        await mcp.call_tool(
+            "asker",
+            {},
+            caps=FORM_CAPS,
+            extra={"inputResponses": {"nobody_asked": accept(x=1)}, "requestState": first["requestState"]},
+        )
+    ).result
+    assert again["resultType"] == "input_required"
+    assert list(again["inputRequests"]) == ["q"]
+
+
+async def test_an_answer_that_does_not_fit_its_request_is_invalid_params(mcp: McpHttp) -> None:
+    first = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
+    reply = await mcp.call_tool(
+        "asker", {}, caps=FORM_CAPS, extra={"inputResponses": {"q": 12345}, "requestState": first["requestState"]}
+    )
+    assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+    assert "'q'" in reply.error["message"]
+    reply = await mcp.call_tool(
+        "asker", {}, caps=FORM_CAPS, extra={"inputResponses": None, "requestState": first["requestState"]}
+    )
+    assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+
+
+async def test_answers_offered_up_front_are_used_without_a_round(mcp: McpHttp) -> None:
+    """SEP-2322: a client may send `inputResponses` before being asked; a fitting one answers the ask."""
+    reply = await mcp.call_tool(
+        "test_input_required_result_elicitation",
+        {},
+        caps=FORM_CAPS,
+        extra={"inputResponses": {"user_name": accept(name="Alice"), "extra": {"x": 1}}},
+    )
+    assert reply.result["resultType"] == "complete"
+    assert reply.result["content"][0]["text"] == "Hello, Alice!"
+
+
+async def test_a_plain_call_is_never_asked_for_input_it_did_not_declare(mcp: McpHttp, embedded: Embedded) -> None:
+    """No `elicitation` declared: the tool's ask fails inside the tool (nothing is shown, nothing stored)."""
+    reply = await mcp.call_tool("asker", {}, caps=PLAIN_CAPS)
+    assert reply.result["resultType"] == "complete" and reply.result["isError"] is True
+    assert "'elicitation'" in reply.result["content"][0]["text"]
+    assert await embedded.store.count() == 0
+
+
+async def test_a_tool_asks_only_for_the_kinds_its_client_declared(mcp: McpHttp) -> None:
+    """`ClientLacksCapability.capability` lets a tool fall back: sampling only, never elicitation."""
+    reply = await mcp.call_tool("test_input_required_result_capabilities", {}, caps={"sampling": {}})
+    methods = {request["method"] for request in reply.result["inputRequests"].values()}
+    assert methods == {"sampling/createMessage"}
+
+
+@pytest.fixture
+async def two_principals(tmp_path: Path) -> AsyncIterator[Embedded]:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        "tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n"
+        "  - {token: bob-token, tenant: acme, subject: bob}\n"
+    )
+    settings = server_settings(tmp_path / "data")
+    settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens))
+    server, web_runner = await start_embedded(settings)
+    try:
+        yield server
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_a_tampered_foreign_or_spent_request_state_is_refused(
+    two_principals: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    alice = McpHttp(http_session, two_principals.url, token="alice-token")
+    bob = McpHttp(http_session, two_principals.url, token="bob-token")
+    first = (await alice.call_tool("test_input_required_result_elicitation", {}, caps=FORM_CAPS)).result
+    state = first["requestState"]
+    answer = {"inputResponses": {"user_name": accept(name="Alice")}}
+    for who, sent in ((alice, state + "-TAMPERED"), (bob, state)):
+        refused = await who.call_tool(
+            "test_input_required_result_elicitation", {}, caps=FORM_CAPS, extra={**answer, "requestState": sent}
+        )
+        assert refused.error["code"] == jsonrpc.INVALID_PARAMS
+        assert "requestState" in refused.error["message"]
+    done = await alice.call_tool(
+        "test_input_required_result_elicitation", {}, caps=FORM_CAPS, extra={**answer, "requestState": state}
+    )
+    assert done.result["content"][0]["text"] == "Hello, Alice!"
+    replayed = await alice.call_tool(
+        "test_input_required_result_elicitation", {}, caps=FORM_CAPS, extra={**answer, "requestState": state}
+    )
+    assert replayed.error["code"] == jsonrpc.INVALID_PARAMS
+    assert "already ended" in replayed.error["message"]
+
+
+@pytest.fixture
+async def short_rounds(tmp_path: Path) -> AsyncIterator[Embedded]:
+    settings = server_settings(tmp_path / "data")
+    settings = replace(settings, gateway=replace(settings.gateway, request_state_ttl_s=1))
+    server, web_runner = await start_embedded(settings)
+    try:
+        yield server
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_a_run_whose_client_never_comes_back_is_stopped(
+    short_rounds: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """The parked run is watched only until its `requestState` expires; then its executor cancels it."""
+    written: list[TaskRecord] = []
+    remove = add_write_observer(lambda before, after: written.append(after))
+    try:
+        mcp = McpHttp(http_session, short_rounds.url)
+        await mcp.call_tool("asker", {}, caps=FORM_CAPS)
+        async with asyncio.timeout(15):
+            while not (written and written[-1].status.is_terminal):
+                await asyncio.sleep(0.1)
+    finally:
+        remove()
+    assert {record.task_id for record in written} == {written[0].task_id}
+    assert written[-1].status is TaskStatus.CANCELLED
+    assert "nobody is waiting" in (written[-1].status_message or "")
+
+
+async def sse_messages(response: aiohttp.ClientResponse) -> list[dict[str, Any]]:
+    messages = []
+    async for line in response.content:
+        if line.startswith(b"data: "):
+            messages.append(json.loads(line[6:]))
+    return messages
+
+
+async def test_progress_of_a_synchronous_call_streams_on_its_own_post(
+    embedded: Embedded, http_session: aiohttp.ClientSession, mcp: McpHttp
+) -> None:
+    """`_meta.progressToken` → `notifications/progress` on this POST's SSE stream, then the response."""
+    meta = {**mcp.envelope(PLAIN_CAPS), constants.META_PROGRESS_TOKEN: "p-1"}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "test_tool_with_progress", "arguments": {}, "_meta": meta},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
+        constants.HEADER_METHOD: "tools/call",
+        constants.HEADER_NAME: "test_tool_with_progress",
+    }
+    async with http_session.post(embedded.url, data=json.dumps(body), headers=headers) as response:
+        assert response.content_type == "text/event-stream"
+        messages = await sse_messages(response)
+    *progress, final = messages
+    assert [m["params"]["progress"] for m in progress] == [0, 50, 100]
+    assert all(m["method"] == "notifications/progress" and m["params"]["progressToken"] == "p-1" for m in progress)
+    assert progress[-1]["params"]["total"] == 100 and progress[-1]["params"]["message"] == "100% done"
+    assert final["id"] == 7 and final["result"]["content"][0]["text"] == "Progress complete"
+
+    plain = await mcp.call_tool("test_tool_with_progress", {}, caps=PLAIN_CAPS)
+    assert plain.headers["Content-Type"].startswith("application/json")
+
+
+async def test_progress_of_a_task_is_its_status_message(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("count_primes", {"limit": 3_000_000})
+    task = await mcp.wait_task(task_id, lambda t: bool(t.get("statusMessage")) or t["status"] == "completed")
+    assert task["statusMessage"]
+    await mcp.cancel(task_id)
+
+
+async def test_structured_content_is_checked_against_the_output_schema(mcp: McpHttp) -> None:
+    good = (await mcp.call_tool("good_structured", {}, caps=PLAIN_CAPS)).result
+    assert good["structuredContent"] == {"count": 3} and not good.get("isError")
+    bad = (await mcp.call_tool("bad_structured", {}, caps=PLAIN_CAPS)).result
+    assert bad["isError"] is True
+    assert "outputSchema" in bad["content"][0]["text"] and "count" in bad["content"][0]["text"]
+
+
+async def test_a_nested_argument_mirrored_into_a_header_is_checked(mcp: McpHttp) -> None:
+    """SEP-2243: `x-mcp-header` on a property reached through `properties`; 400/-32020 on a mismatch."""
+    listed = (await mcp.request("tools/list", caps=PLAIN_CAPS)).result["tools"]
+    (schema,) = [tool["inputSchema"] for tool in listed if tool["name"] == "region_echo"]
+    assert schema["properties"]["target"]["properties"]["region"]["x-mcp-header"] == "Region"
+    arguments = {"target": {"region": "eu-west"}}
+    missing = await mcp.call_tool("region_echo", arguments, caps=PLAIN_CAPS)
+    assert missing.status == 400 and missing.error["code"] == jsonrpc.HEADER_MISMATCH
+    wrong = await mcp.call_tool("region_echo", arguments, caps=PLAIN_CAPS, headers={"Mcp-Param-Region": "us-east"})
+    assert wrong.status == 400 and wrong.error["code"] == jsonrpc.HEADER_MISMATCH
+    encoded = "=?base64?ZXUtd2VzdA==?="
+    good = await mcp.call_tool("region_echo", arguments, caps=PLAIN_CAPS, headers={"Mcp-Param-Region": encoded})
+    assert good.result["content"][0]["text"] == "region=eu-west"
+    absent = await mcp.call_tool("region_echo", {"target": {}}, caps=PLAIN_CAPS)
+    assert absent.result["content"][0]["text"] == "region=None"
