@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -10,9 +11,9 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult
 
-from mcp_tasks.client import TaskFailed, TasksClientExtension
-from mcp_tasks.protocol.models import GetTaskResult
-from tests.conftest import Embedded
+from mcp_tasks.client import TaskCancelled, TaskFailed, TasksClientExtension
+from mcp_tasks.protocol.models import GetTaskResult, TaskStatus
+from tests.conftest import Embedded, McpHttp
 
 
 def answering(content: dict[str, Any]) -> Any:
@@ -103,3 +104,47 @@ async def test_sdk_client_without_the_extension_gets_missing_capability_for_a_re
         with pytest.raises(MCPError) as raised:
             await client.call_tool("failing_job", {})
     assert raised.value.code == -32021
+
+
+async def test_with_the_extension_a_call_that_is_no_task_still_gets_its_input_rounds(embedded: Embedded) -> None:
+    """A `never` tool that asks mid-run answers an `InputRequiredResult`; the SDK drives the rounds."""
+    async with Client(
+        embedded.url, extensions=[TasksClientExtension()], elicitation_callback=answering({"name": "Ada"}), cache=None
+    ) as client:
+        result = await client.call_tool("test_input_required_result_elicitation", {})
+    assert result.content[0].text == "Hello, Ada!"  # type: ignore[union-attr]
+
+
+async def test_a_caller_that_stops_waiting_cancels_its_task(embedded: Embedded) -> None:
+    task_ids: list[str] = []
+
+    async def record(task: GetTaskResult) -> None:
+        task_ids.append(task.task_id)
+
+    async with Client(embedded.url, extensions=[TasksClientExtension(on_update=record)], cache=None) as client:
+        waiting = asyncio.create_task(client.call_tool("slow_compute", {"seconds": 30, "label": "abandoned"}))
+        async with asyncio.timeout(10):
+            while not task_ids:
+                await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    async with asyncio.timeout(10):
+        while (await embedded.store.get(task_ids[0])).status is not TaskStatus.CANCELLED:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_known_task_can_be_resumed_and_another_cancelled(embedded: Embedded, mcp: McpHttp) -> None:
+    """After a restart a client keeps only the `taskId`: `resume` follows it, `cancel` stops one."""
+    finishing = await mcp.start_task("slow_compute", {"seconds": 0.5, "label": "resumed"})
+    running = await mcp.start_task("slow_compute", {"seconds": 30, "label": "stopped"})
+    extension = TasksClientExtension()
+    async with Client(embedded.url, extensions=[extension], cache=None) as client:
+        result = await extension.resume(client.session, finishing)
+        assert result.content[0].text == "Computed resumed in 0.5s"  # type: ignore[union-attr]
+        await extension.cancel(client.session, running)
+        with pytest.raises(TaskCancelled):
+            await extension.resume(client.session, running)
+        with pytest.raises(MCPError) as unknown:
+            await extension.resume(client.session, "0" * 32)
+    assert unknown.value.error.code == -32602
