@@ -40,6 +40,9 @@ SCENARIOS=(
   input-required-result-missing-input-response input-required-result-result-type input-required-result-unsupported-methods
   input-required-result-tampered-state input-required-result-capability-check input-required-result-ignore-extra-params
   input-required-result-validate-input
+  # need prompts or completions, which we do not serve: run, and baselined with their reason
+  prompts-list prompts-get-simple prompts-get-with-args prompts-get-embedded-resource prompts-get-with-image
+  completion-complete input-required-result-non-tool-request
   # the tasks extension
   tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal tasks-mrtr-input
   tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error
