@@ -198,3 +198,23 @@ async def test_the_typescript_client_in_its_default_mode_on_the_kubernetes_store
     assert seen["hello"] == {"text": "Hello, Grace!", "isError": False}
     assert seen["sleeper"]["text"].startswith("slept 1.5s") and seen["progress"], seen
     assert "error" in seen["cancelled"] and seen["cancelledAfterMs"] < 10_000, seen
+
+
+async def test_input_rounds_of_a_plain_call_continue_on_the_other_replica(
+    gateways: Gateways, http_session: aiohttp.ClientSession, control_plane: ControlPlane, namespace: str
+) -> None:
+    """SEP-2322 on an ordinary call: replica A answers `InputRequiredResult`; the retry with the answer
+    goes to replica B, which writes it to the run's McpTask, and the same run greets."""
+    first = client(http_session, await gateways.start(runner="local"))
+    second = client(http_session, await gateways.start())
+    caps = {"elicitation": {}}
+    asked = (await first.call_tool("hello_world", {}, caps=caps)).result
+    assert asked["resultType"] == "input_required" and list(asked["inputRequests"]) == ["name"]
+    answer = {"inputResponses": {"name": {"action": "accept", "content": {"name": "Luca"}}}}
+    done = (
+        await second.call_tool("hello_world", {}, caps=caps, extra={**answer, "requestState": asked["requestState"]})
+    ).result
+    assert done["resultType"] == "complete" and done["content"][0]["text"] == "Hello, Luca!"
+    (stored,) = yaml.safe_load(control_plane.kubectl("get", "mcptasks", "-n", namespace, "-o", "yaml"))["items"]
+    assert stored["status"]["taskStatus"] == "completed"
+    assert stored["spec"]["inputResponses"]["name"]["content"] == {"name": "Luca"}
