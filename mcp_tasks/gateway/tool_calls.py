@@ -3,9 +3,10 @@
 Order (protocol.md §4.3, §7.1; conformance.md §2): unknown tool → -32602; `Mcp-Param-*` headers →
 -32020; the tool's required client capabilities → -32021; arguments against `inputSchema` → a
 `CallToolResult` with `isError: true` (SEP-1303; no task is created); policy `required` without the
-extension → -32021; `inputBeforeTask` → `InputRequiredResult` rounds; then either a task
-(`CreateTaskResult`, returned only after the store committed it) or a synchronous run.
-A legacy `params.task` is ignored.
+extension → -32021; a `requestState` of a run under way → its next input round (`input_rounds`);
+`inputBeforeTask` → `InputRequiredResult` rounds; then either a task (`CreateTaskResult`, returned
+only after the store committed it) or a synchronous run, which answers `InputRequiredResult` if the
+tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
-from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.interfaces import (
     ArtifactStore,
     Clock,
@@ -647,10 +647,17 @@ class LocalRunner:
             TimeoutError: it did not finish within `syncTimeoutSeconds`.
         """
         tool = call.tool
+        # The id its hidden task gets if it asks for input: the run is then attempt 1 of that task, with
+        # the derived token, so a restarted runner can adopt it (or stop it) like any task's run.
+        reserved = mint_task_id()
+        execution_id = f"{reserved}.1"
         execution = Execution(
             tool=tool,
             arguments=call.arguments,
             task_id=None,
+            execution_id=execution_id,
+            token=self._token_for(execution_id),
+            reserved_task_id=reserved,
             pre_input_responses=dict(call.pre_input_responses),
             owner=call.owner,
             client_capabilities=call.client_capabilities,
@@ -715,9 +722,10 @@ class LocalRunner:
             InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written).
         """
         assert execution.tool is not None and execution.owner is not None  # run_inline sets both
+        assert execution.reserved_task_id is not None
         now = self.clock()
         fresh = transitions.new_task(
-            mint_task_id(),
+            TaskId(execution.reserved_task_id),
             execution.owner,
             execution.tool,
             execution.arguments,
@@ -746,6 +754,7 @@ class LocalRunner:
 
         async def follow() -> None:
             try:
+                await self._record_process(task_id, process, execution)
                 await self._follow(task_id, tool, process, execution, exited)
             finally:
                 self.executions.remove(execution)

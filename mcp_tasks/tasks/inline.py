@@ -3,8 +3,10 @@
 On Kubernetes the operator runs McpTasks and nothing else, so a call that is answered synchronously
 (no tasks extension, or `taskPolicy: never`) is run as a task the client never sees: created with the
 caller as owner, awaited for the tool's `syncTimeoutSeconds`, its result returned as the call's
-result. The task then expires with its `ttlMs` like any other. The embedded runner runs such calls
-directly instead (`runner.LocalRunner.run_inline`).
+result. A run that asks for input stays parked for the caller's next input round (`InputNeeded`,
+`gateway.input_rounds`). The task then expires with its `ttlMs` like any other. The embedded runner
+runs such calls directly instead, and makes a hidden task only when one asks for input
+(`runner.LocalRunner.run_inline`). `await_call` is the wait both deployments' input rounds share.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ class Execution:
     names that task); `outcome` resolves when the tool posts its result or, for a synchronous run, asks.
     `owner` and `client_capabilities` are the synchronous caller's: `None` capabilities mean the caller
     can take no input rounds (a legacy-era call); `offered_responses` are the answers its request
-    offered up front (SEP-2322). `on_progress` hears the synchronous run's progress.
+    offered up front (SEP-2322), `reserved_task_id` the id its hidden task takes if it asks, and
+    `on_progress` hears its progress.
     """
 
     tool: ToolSpec | None
@@ -64,6 +65,7 @@ class Execution:
     owner: Owner | None = None
     client_capabilities: JsonObject | None = None
     offered_responses: JsonObject = field(default_factory=dict)
+    reserved_task_id: str | None = None
     on_progress: ProgressSink | None = None
     outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 

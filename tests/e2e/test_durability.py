@@ -248,3 +248,29 @@ async def test_a_legacy_call_whose_server_died_is_cancelled_not_adopted_on_resta
                 await asyncio.sleep(0.1)
     finally:
         await server.stop()
+
+
+async def test_a_synchronous_run_parked_in_an_input_round_survives_kill_9(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """A synchronous run that asked for input is attempt 1 of its hidden task, its process recorded in
+    the lease: after kill -9 the restarted server adopts it, and the client's next rounds (the same
+    `requestState`) finish the same run."""
+    caps = {"elicitation": {}}
+    mcp = client(http_session, await server_process.start())
+    asked = (await mcp.call_tool("asker", {}, caps=caps)).result
+    assert asked["resultType"] == "input_required"
+    mcp = client(http_session, await restart_after_kill(server_process))
+    answer = {
+        "inputResponses": {"q": {"action": "accept", "content": {"a": "A"}}},
+        "requestState": asked["requestState"],
+    }
+    again = (await mcp.call_tool("asker", {}, caps=caps, extra=answer)).result
+    assert again["resultType"] == "input_required", again
+    (key,) = again["inputRequests"]
+    final = {
+        "inputResponses": {key: {"action": "accept", "content": {"b": "B"}}},
+        "requestState": again["requestState"],
+    }
+    done = (await mcp.call_tool("asker", {}, caps=caps, extra=final)).result
+    assert done["content"][0]["text"] == "A B"

@@ -35,4 +35,6 @@ async def test_the_typescript_client_in_auto_mode_speaks_the_modern_era(embedded
     seen = await typescript.run(embedded.url, "auto")
     assert seen["protocolVersion"] == "2026-07-28"
     assert seen["greet"] == {"text": "Hello, TS!", "isError": False}
-    assert seen["hello"]["code"] == -32021, "without the tasks extension a task-only tool says what to declare"
+    # SEP-2322 input rounds: the client answers the InputRequiredResult with its elicitation handler
+    assert seen["hello"] == {"text": "Hello, Grace!", "isError": False}, seen["hello"]
+    assert seen["asked"] == ["Please enter your name."]

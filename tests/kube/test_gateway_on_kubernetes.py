@@ -207,7 +207,7 @@ async def test_input_rounds_of_a_plain_call_continue_on_the_other_replica(
     goes to replica B, which writes it to the run's McpTask, and the same run greets."""
     first = client(http_session, await gateways.start(runner="local"))
     second = client(http_session, await gateways.start())
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     asked = (await first.call_tool("hello_world", {}, caps=caps)).result
     assert asked["resultType"] == "input_required" and list(asked["inputRequests"]) == ["name"]
     answer = {"inputResponses": {"name": {"action": "accept", "content": {"name": "Luca"}}}}
