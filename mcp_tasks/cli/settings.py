@@ -266,6 +266,10 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
         raise SettingsError(
             "MCPTASKS_MAX_BODY_BYTES, MCPTASKS_BODY_READ_TIMEOUT_S and MCPTASKS_IDLE_TIMEOUT_S must be positive"
         )
-    if settings.runner.inline_result_max_bytes <= 0 or settings.runner.max_concurrent_tasks <= 0:
-        raise SettingsError("MCPTASKS_INLINE_RESULT_MAX_BYTES and MCPTASKS_MAX_CONCURRENT_TASKS must be positive")
+    runner = settings.runner
+    if runner.inline_result_max_bytes <= 0 or runner.max_concurrent_tasks <= 0 or runner.max_input_rounds <= 0:
+        raise SettingsError(
+            "MCPTASKS_INLINE_RESULT_MAX_BYTES, MCPTASKS_MAX_CONCURRENT_TASKS and MCPTASKS_MAX_INPUT_ROUNDS "
+            "must be positive"
+        )
     return _set(settings, "gateway", "loopback_only", serve.loopback)

@@ -10,8 +10,10 @@ round or the final `CallToolResult`. One durable execution, not a restart.
 
 SEP-2322 rules kept here: missing answers are asked again; answers to keys not pending are ignored; an
 answer that does not fit its request is -32602; a state that is tampered with, foreign, expired or
-names a run that has ended is -32602. While parked, the run is watched until the state expires
-(`watched_until`), after which its executor stops it.
+names a run that has ended is -32602. Each round speaks for itself: the run may ask only what the
+latest round's request declared, and a round lacking a capability its pending requests need is -32021.
+While a round waits the run is watched by it (`watched_until`, `caller_watch_s`); between rounds it is
+watched until the state expires; after either lapses its executor stops it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from typing import Final
 from mcp_tasks.gateway import request_state
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.tasks import inline, transitions
-from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.errors import InputCapabilityMissing, TaskNotFound
 from mcp_tasks.tasks.interfaces import InputNeeded, transact
+from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -57,24 +60,34 @@ async def continue_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
     responses = ctx.params.get("inputResponses")
     if "inputResponses" in ctx.params and not isinstance(responses, dict):
         raise InvalidParams("Invalid params: inputResponses must be an object of key → response")
-    if responses:
-        now = ctx.services.clock
-        try:
-            await transact(
-                ctx.services.store,
-                run,
-                lambda r: (transitions.answer_input_requests(r, responses, now()), None),
-                owner=ctx.owner,
-            )
-        except TaskNotFound as exc:
-            raise InvalidParams(ENDED) from exc
+    now = ctx.services.clock
+    watched = now() + timedelta(seconds=ctx.services.settings.caller_watch_s)
+    capabilities = ctx.envelope.client_capabilities
+
+    def this_round(record: TaskRecord) -> tuple[TaskRecord, None]:
+        record = transitions.next_round(record, capabilities, watched)
+        return (transitions.answer_input_requests(record, responses, now()) if responses else record), None
+
+    try:
+        await transact(ctx.services.store, run, this_round, owner=ctx.owner)
+    except TaskNotFound as exc:
+        raise InvalidParams(ENDED) from exc
+    except InputCapabilityMissing as exc:
+        raise MissingRequiredClientCapability(
+            f"This round answers requests that need the {exc.capability!r} capability; declare it in this "
+            "request's _meta, as the request that started the call did",
+            {exc.capability.split(".")[0]: {}},
+        ) from exc
     return await follow_run(ctx, tool, arguments, run)
 
 
 async def follow_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, run: str) -> JsonObject:
     """Wait (up to the tool's `syncTimeoutSeconds`) for run `run` to finish or ask; answer accordingly.
 
-    A run past the wait, or whose client left, is cancelled and answered with an `isError` result.
+    A run past the wait is cancelled and answered with an `isError` result. A client that leaves only
+    stops following: the run is watched by whoever follows it (`watched_until`, renewed while waiting),
+    so it goes on for another follower of the same round and is cancelled by its executor once nobody
+    renews the watch.
     """
     timeout_s = tool.execution.sync_timeout_seconds
     services = ctx.services
@@ -88,8 +101,7 @@ async def follow_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
             await asyncio.wait({waiting}, timeout=CLIENT_GONE_POLL_S)
             if not waiting.done() and ctx.client_gone():
                 waiting.cancel()
-                await inline.cancel_hidden(services.store, run, "its client closed the connection", services.clock)
-                return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: the client closed the connection"))
+                return ctx.complete(error_result(f"Tool {tool.name!r}: the client closed the connection"))
         result = waiting.result()
     except InputNeeded:
         return await ask_caller(ctx, tool, arguments, run)

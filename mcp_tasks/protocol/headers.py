@@ -82,6 +82,25 @@ def decode_header_value(raw: str) -> str:
     return value
 
 
+_ROUTING_HEADERS: Final = frozenset(
+    name.lower() for name in (constants.HEADER_PROTOCOL_VERSION, constants.HEADER_METHOD, constants.HEADER_NAME)
+)
+
+
+def conflicting_header(headers: Mapping[str, str]) -> str | None:
+    """A routing header (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`) sent more than
+    once with different values, or `None`. Needs a multi-valued mapping (`getall`, as aiohttp's).
+    """
+    getall = getattr(headers, "getall", None)
+    if getall is None:
+        return None
+    prefix = constants.HEADER_PARAM_PREFIX.lower()
+    for name in {key.lower() for key in headers}:
+        if (name in _ROUTING_HEADERS or name.startswith(prefix)) and len({v.strip() for v in getall(name)}) > 1:
+            return name
+    return None
+
+
 def validate_envelope(
     headers: Mapping[str, str], message: Message, *, accept_missing_task_name: bool = False
 ) -> RequestEnvelope:
@@ -110,6 +129,12 @@ def validate_envelope(
     if not isinstance(capabilities, dict):
         raise InvalidParams(f"Invalid params: _meta[{constants.META_CLIENT_CAPABILITIES!r}] is required (an object)")
 
+    repeated = conflicting_header(headers)
+    if repeated is not None:
+        raise HeaderMismatch(
+            f"{repeated} header is sent more than once with different values; send it once (a proxy could read "
+            "another value than the server)"
+        )
     header_version = headers.get(constants.HEADER_PROTOCOL_VERSION)
     if header_version is None or header_version.strip() != version:
         raise HeaderMismatch(

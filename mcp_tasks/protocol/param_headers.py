@@ -127,17 +127,22 @@ def expected_value(value: object) -> str:
 def check(headers: Mapping[str, str], bound: tuple[HeaderBinding, ...], arguments: Mapping[str, Any]) -> None:
     """Check each `Mcp-Param-<Name>` against the argument it mirrors (SEP-2243 server validation).
 
-    An argument absent or `null` in the body expects no header. Raises:
-        HeaderMismatch: a mirrored argument's header is missing, has bad base64 or characters, or differs
-            from the body value (-32020, HTTP 400).
+    An argument absent or `null` in the body expects no header, and gets none: a header the body does not
+    back is a mismatch too (a proxy would route on a value the tool never sees). Raises:
+        HeaderMismatch: a mirrored argument's header is missing, has bad base64 or characters, differs from
+            the body value, or is sent without the argument (-32020, HTTP 400).
     """
     for binding in bound:
         value: Any = arguments
         for name in binding.path:
             value = value.get(name) if isinstance(value, dict) else None
-        if value is None:
-            continue
         raw = headers.get(binding.header)
+        if value is None:
+            if raw is not None:
+                raise HeaderMismatch(
+                    f"{binding.header} header is sent, but the body has no argument {binding.property_path!r}"
+                )
+            continue
         if raw is None:
             raise HeaderMismatch(
                 f"{binding.header} header is required: the body has argument {binding.property_path!r}"

@@ -52,7 +52,7 @@ from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.api import create_worker_app
-from mcp_tasks.worker.channel import Transition, WorkerChannel
+from mcp_tasks.worker.channel import ChannelError, Transition, WorkerChannel
 from mcp_tasks.worker.executions import AskedForInput, Execution, ExecutionPending, ExecutionTable, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -114,6 +114,9 @@ class RunnerSettings:
         inline_result_max_bytes: largest result kept inline, in bytes (default 256 KiB); larger → artifact.
         artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).
         shutdown_grace_s: SIGTERM → SIGKILL grace for running tools when the server stops, in seconds.
+        max_input_rounds: synchronous runs that may wait for their callers' next input round at once
+            (SEP-2322); they do not take task slots. Past it a run's ask is refused and its call ends
+            with a tool error saying so. Default 64.
     """
 
     max_concurrent_tasks: int = 16
@@ -123,6 +126,7 @@ class RunnerSettings:
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024
     shutdown_grace_s: float = 5.0
+    max_input_rounds: int = 64
 
 
 class LocalRunner:
@@ -152,6 +156,7 @@ class LocalRunner:
         self.executions = ExecutionTable()
         self.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes, promote=self._promote)
         self._supervisors: dict[str, asyncio.Task[None]] = {}
+        self._in_rounds: set[str] = set()  # supervised synchronous runs parked for input rounds (not tasks)
         self._loops: list[asyncio.Task[None]] = []
         self._web_runner: web.AppRunner | None = None
         self._base_url = ""
@@ -163,6 +168,11 @@ class LocalRunner:
         self._state_dir = state_dir
         self._runs_dir = (state_dir / "runs") if state_dir is not None else Path(tempfile.mkdtemp(prefix="mcptasks-"))
         self._worker_key = worker_key if worker_key is not None else secrets.token_bytes(32)
+
+    @property
+    def _running_tasks(self) -> int:
+        """Task runs supervised now; synchronous runs parked for input rounds have their own bound."""
+        return len(self._supervisors) - len(self._in_rounds)
 
     @property
     def _lease(self) -> timedelta:
@@ -326,7 +336,7 @@ class LocalRunner:
             except Exception:
                 logger.exception("claim pass failed; retrying")
             # New tasks wake us only while there is room to run them; freed capacity always does.
-            if len(self._supervisors) < self.settings.max_concurrent_tasks:
+            if self._running_tasks < self.settings.max_concurrent_tasks:
                 more = self.store.wait_for_new_tasks(self.settings.claim_poll_s)
             else:
                 more = asyncio.sleep(self.settings.claim_poll_s)
@@ -334,7 +344,7 @@ class LocalRunner:
             self._capacity_freed.clear()
 
     async def _claim_runnable(self) -> None:
-        capacity = self.settings.max_concurrent_tasks - len(self._supervisors)
+        capacity = self.settings.max_concurrent_tasks - self._running_tasks
         if capacity <= 0:
             return
         for record in await self.store.list_runnable(self.clock(), capacity):
@@ -419,6 +429,7 @@ class LocalRunner:
             await self._finish_if_running(task_id, transitions.failing("Internal error in the runner", "InternalError"))
         finally:
             self._supervisors.pop(task_id, None)
+            self._in_rounds.discard(task_id)
             self._capacity_freed.set()
 
     async def _run_task(
@@ -720,9 +731,16 @@ class LocalRunner:
 
         Raises:
             InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written).
+            ChannelError: 429 when `max_input_rounds` synchronous runs are parked already.
         """
         assert execution.tool is not None and execution.owner is not None  # run_inline sets both
         assert execution.reserved_task_id is not None
+        if len(self._in_rounds) >= self.settings.max_input_rounds:
+            raise ChannelError(
+                429,
+                f"{len(self._in_rounds)} synchronous calls already wait for their clients' input "
+                f"(MCPTASKS_MAX_INPUT_ROUNDS); call again later, or call with the tasks extension",
+            )
         now = self.clock()
         fresh = transitions.new_task(
             TaskId(execution.reserved_task_id),
@@ -760,6 +778,7 @@ class LocalRunner:
                 self.executions.remove(execution)
                 process.discard_log()
 
+        self._in_rounds.add(task_id)
         self._supervisors[task_id] = asyncio.create_task(
             self._supervised(task_id, tool, follow()), name=f"task-{task_id}"
         )

@@ -63,7 +63,9 @@ class ClientLacksCapability(ToolError):
 
 
 class InputRequestFailed(ToolError):
-    """A legacy-era client answered an input request with a JSON-RPC error other than "not supported"."""
+    """An input request could not be asked or answered: the server holds too many calls waiting for input
+    (worker API 429), or a legacy-era client answered it with a JSON-RPC error other than "not supported".
+    """
 
 
 class WorkerApiError(RuntimeError):
@@ -72,6 +74,7 @@ class WorkerApiError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"worker API answered {status}: {message}")
         self.status = status
+        self.detail = message
 
 
 class ToolContext:
@@ -141,6 +144,8 @@ class ToolContext:
                     except ValueError:
                         refusal = {"message": detail}
                     raise ClientLacksCapability(str(refusal.get("message")), refusal.get("capability")) from exc
+                if exc.code == _TOO_MANY_REQUESTS and path == contract.PATH_INPUT_REQUESTS:
+                    raise InputRequestFailed(f"The input could not be asked: {detail}") from exc
                 if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
                     raise WorkerApiError(exc.code, detail) from exc
             except (urllib.error.URLError, ConnectionError) as exc:
@@ -268,6 +273,8 @@ def _raise_if_refused(method: str, answer: Json) -> None:
 _METHOD_NOT_FOUND = -32601
 _UNAVAILABLE = frozenset({502, 503, 504})
 _PRECONDITION_FAILED = 412
+_TOO_MANY_REQUESTS = 429
+_BAD_REQUEST = 400
 
 
 def text_result(text: str, is_error: bool = False) -> Json:
@@ -295,5 +302,11 @@ def run(main: Callable[[ToolContext], Json | str]) -> NoReturn:
     except ProtocolFailure as exc:
         ctx.fail(exc)
         sys.exit(0)
-    ctx.finish(text_result(outcome) if isinstance(outcome, str) else outcome)
+    try:
+        ctx.finish(text_result(outcome) if isinstance(outcome, str) else outcome)
+    except WorkerApiError as exc:
+        if exc.status != _BAD_REQUEST:
+            raise
+        # the result itself was refused (not a CallToolResult, or off its outputSchema): say why, cleanly
+        ctx.finish(text_result(f"The tool returned an invalid result: {exc.detail}", is_error=True))
     sys.exit(0)

@@ -308,6 +308,23 @@ def watch(record: TaskRecord, until: datetime) -> TaskRecord:
     return dataclasses.replace(record, watched_until=until)
 
 
+def next_round(record: TaskRecord, client_capabilities: JsonObject, until: datetime) -> TaskRecord:
+    """A caller's input round of a parked synchronous run: from now on the run may ask only what *this*
+    request declared (each stateless request speaks for itself), and it is watched until `until`.
+
+    Raises:
+        InputCapabilityMissing: a pending request needs a capability this request does not declare.
+    """
+    if record.status.is_terminal:
+        return record
+    updated = dataclasses.replace(record, client_capabilities=input_capabilities(client_capabilities))
+    for request in record.input_requests.values():
+        missing = missing_input_capability(updated, request)
+        if missing is not None:
+            raise InputCapabilityMissing(missing, str(request.get("method")))
+    return dataclasses.replace(updated, watched_until=until if record.watched_until is not None else None)
+
+
 def await_next_round(record: TaskRecord, until: datetime) -> TaskRecord:
     """A parked hidden task's caller answers in a later round, due by `until` (its `requestState` expiry):
     it is watched exactly until then, neither less nor more; a terminal task is left as it is.

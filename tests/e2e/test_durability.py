@@ -256,7 +256,7 @@ async def test_a_synchronous_run_parked_in_an_input_round_survives_kill_9(
     """A synchronous run that asked for input is attempt 1 of its hidden task, its process recorded in
     the lease: after kill -9 the restarted server adopts it, and the client's next rounds (the same
     `requestState`) finish the same run."""
-    caps = {"elicitation": {}}
+    caps: dict[str, object] = {"elicitation": {}}
     mcp = client(http_session, await server_process.start())
     asked = (await mcp.call_tool("asker", {}, caps=caps)).result
     assert asked["resultType"] == "input_required"

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from mcp_types import jsonrpc
+from multidict import CIMultiDict
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
@@ -237,7 +238,9 @@ async def test_structured_content_is_checked_against_the_output_schema(mcp: McpH
     assert good["structuredContent"] == {"count": 3} and not good.get("isError")
     bad = (await mcp.call_tool("bad_structured", {}, caps=PLAIN_CAPS)).result
     assert bad["isError"] is True
-    assert "outputSchema" in bad["content"][0]["text"] and "count" in bad["content"][0]["text"]
+    text = bad["content"][0]["text"]
+    assert text.startswith("The tool returned an invalid result") and "outputSchema" in text and "count" in text
+    assert "Traceback" not in text
 
 
 async def test_a_nested_argument_mirrored_into_a_header_is_checked(mcp: McpHttp) -> None:
@@ -255,3 +258,78 @@ async def test_a_nested_argument_mirrored_into_a_header_is_checked(mcp: McpHttp)
     assert good.result["content"][0]["text"] == "region=eu-west"
     absent = await mcp.call_tool("region_echo", {"target": {}}, caps=PLAIN_CAPS)
     assert absent.result["content"][0]["text"] == "region=None"
+
+
+async def test_each_round_speaks_for_itself_about_capabilities(mcp: McpHttp) -> None:
+    """A retry that no longer declares `elicitation` cannot answer (or be shown) elicitation requests."""
+    first = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
+    reply = await mcp.call_tool(
+        "asker",
+        {},
+        caps=PLAIN_CAPS,
+        extra={"inputResponses": {"q": accept(a="A")}, "requestState": first["requestState"]},
+    )
+    assert reply.status == 400 and reply.error["code"] == jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert reply.error["data"]["requiredCapabilities"] == {"elicitation": {}}
+
+
+async def test_a_follower_that_leaves_does_not_stop_the_run_for_another(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    first = (await mcp.call_tool("ask_then_work", {"seconds": 2}, caps=FORM_CAPS)).result
+    retry = {"inputResponses": {"word": accept(word="kept")}, "requestState": first["requestState"]}
+    staying = asyncio.create_task(mcp.call_tool("ask_then_work", {"seconds": 2}, caps=FORM_CAPS, extra=retry))
+    leaving = McpHttp(http_session, embedded.url)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await leaving.call_tool("ask_then_work", {"seconds": 2}, caps=FORM_CAPS, extra=retry)
+    done = (await staying).result
+    assert done["content"][0]["text"] == "worked on kept" and not done.get("isError")
+
+
+@pytest.fixture
+async def two_rounds_at_most(tmp_path: Path) -> AsyncIterator[Embedded]:
+    server, web_runner = await start_embedded(server_settings(tmp_path / "data", max_input_rounds=2))
+    try:
+        yield server
+    finally:
+        await web_runner.cleanup()
+
+
+async def test_parked_runs_are_bounded_and_take_no_task_slots(
+    two_rounds_at_most: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    mcp = McpHttp(http_session, two_rounds_at_most.url)
+    for _ in range(2):
+        assert (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result["resultType"] == "input_required"
+    refused = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
+    assert refused["isError"] is True and "MCPTASKS_MAX_INPUT_ROUNDS" in refused["content"][0]["text"]
+    task_id = await mcp.start_task("slow_compute", {"seconds": 0.2, "label": "unblocked"})
+    assert (await mcp.wait_status(task_id, "completed"))["result"]["content"][0]["text"] == "Computed unblocked in 0.2s"
+
+
+async def test_a_routing_header_sent_twice_with_different_values_is_refused(
+    embedded: Embedded, http_session: aiohttp.ClientSession, mcp: McpHttp
+) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "greet", "arguments": {"name": "x"}, "_meta": mcp.envelope(PLAIN_CAPS)},
+    }
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        (constants.HEADER_PROTOCOL_VERSION, constants.PROTOCOL_VERSION),
+        (constants.HEADER_METHOD, "tools/call"),
+        (constants.HEADER_NAME, "greet"),
+        (constants.HEADER_NAME, "test_simple_text"),
+    ]
+    async with http_session.post(embedded.url, data=json.dumps(body), headers=CIMultiDict(headers)) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == jsonrpc.HEADER_MISMATCH
+
+
+async def test_a_mirrored_header_without_its_argument_is_refused(mcp: McpHttp) -> None:
+    reply = await mcp.call_tool("region_echo", {}, caps=PLAIN_CAPS, headers={"Mcp-Param-Region": "eu"})
+    assert reply.status == 400 and reply.error["code"] == jsonrpc.HEADER_MISMATCH

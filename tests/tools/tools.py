@@ -84,6 +84,12 @@ def good_structured(ctx: ToolContext) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": "count: 3"}], "structuredContent": {"count": 3}}
 
 
+def ask_then_work(ctx: ToolContext) -> str:
+    word = ctx.elicit("word", "A word?", {"word": {"type": "string"}})["content"]["word"]
+    time.sleep(float(ctx.arguments.get("seconds", 0)))
+    return f"worked on {word}"
+
+
 def region_echo(ctx: ToolContext) -> str:
     return f"region={ctx.arguments.get('target', {}).get('region')}"
 
@@ -92,6 +98,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "bad_structured": bad_structured,
     "good_structured": good_structured,
     "region_echo": region_echo,
+    "ask_then_work": ask_then_work,
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
     "stubborn": stubborn,
