@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -82,21 +82,19 @@ def decode_header_value(raw: str) -> str:
     return value
 
 
-_ROUTING_HEADERS: Final = frozenset(
-    name.lower() for name in (constants.HEADER_PROTOCOL_VERSION, constants.HEADER_METHOD, constants.HEADER_NAME)
-)
+_ROUTING_HEADERS: Final = (constants.HEADER_PROTOCOL_VERSION, constants.HEADER_METHOD, constants.HEADER_NAME)
 
 
-def conflicting_header(headers: Mapping[str, str]) -> str | None:
-    """A routing header (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`) sent more than
-    once with different values, or `None`. Needs a multi-valued mapping (`getall`, as aiohttp's).
+def conflicting_header(headers: Mapping[str, str], names: Iterable[str] = _ROUTING_HEADERS) -> str | None:
+    """The first of `names` (default: `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) sent more than once
+    with different values, or `None`. Needs a multi-valued mapping (`getall`, as aiohttp's headers).
     """
     getall = getattr(headers, "getall", None)
     if getall is None:
         return None
-    prefix = constants.HEADER_PARAM_PREFIX.lower()
-    for name in {key.lower() for key in headers}:
-        if (name in _ROUTING_HEADERS or name.startswith(prefix)) and len({v.strip() for v in getall(name)}) > 1:
+    for name in names:
+        values = getall(name, ())
+        if len(values) > 1 and len({value.strip() for value in values}) > 1:
             return name
     return None
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import HeaderMismatch, JsonObject
-from mcp_tasks.protocol.headers import decode_header_value
+from mcp_tasks.protocol.headers import conflicting_header, decode_header_value
 
 ANNOTATION: Final = "x-mcp-header"
 _ALLOWED_TYPES: Final = frozenset({"string", "integer", "boolean"})
@@ -132,6 +132,9 @@ def check(headers: Mapping[str, str], bound: tuple[HeaderBinding, ...], argument
         HeaderMismatch: a mirrored argument's header is missing, has bad base64 or characters, differs from
             the body value, or is sent without the argument (-32020, HTTP 400).
     """
+    repeated = conflicting_header(headers, [binding.header for binding in bound]) if bound else None
+    if repeated is not None:
+        raise HeaderMismatch(f"{repeated} header is sent more than once with different values; send it once")
     for binding in bound:
         value: Any = arguments
         for name in binding.path:
