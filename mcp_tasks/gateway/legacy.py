@@ -240,7 +240,7 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
         return transitions.answer_input_requests(record, {key: answer}, now), True
 
     try:
-        _record, delivered = await transact(services.store, task_id, apply, owner)
+        _record, delivered = await transact(services.store, task_id, apply, owner, confirm_no_change=True)
     except TaskNotFound:
         delivered = False
     except InvalidInputResponse as exc:  # names the key as `inputResponses[...]`; say it as this client sent it

@@ -68,6 +68,7 @@ async def update_task(ctx: RequestContext) -> JsonObject:
             params.task_id,
             lambda r: (transitions.answer_input_requests(r, params.input_responses, now()), None),
             owner=ctx.owner,
+            confirm_no_change=True,  # an answer is never ignored on a cached copy behind another replica
         )
     except TaskNotFound as exc:
         raise InvalidParams(NOT_FOUND_MESSAGE) from exc

@@ -57,8 +57,12 @@ class TaskStore(Protocol):
         """Durably insert a new record and return it with its first `version`."""
         ...
 
-    async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
+    async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
         """Return the record, checking `owner` when given.
+
+        A store that serves reads from a cache (Kubernetes) may return a slightly older version; `fresh`
+        asks for the authoritative one (for a decision that ignores a client's write, e.g. an answer to a
+        key that does not look pending yet).
 
         Raises:
             TaskNotFound: no such task, or it belongs to another owner, or it has expired (all look alike).
@@ -226,14 +230,17 @@ async def transact(
     change: Callable[[TaskRecord], tuple[TaskRecord, T]],
     owner: Owner | None = None,
     attempts: int = 16,
+    confirm_no_change: bool = False,
 ) -> tuple[TaskRecord, T]:
     """Read-modify-write one task with compare-and-swap, retrying on conflict.
 
     `change` is a pure function returning the new record and a value for the caller; when it returns
-    the very record it was given, nothing is written. Between tries the writer sleeps a random time up
-    to an exponentially growing cap ("full jitter": 2 ms, 4 ms, ... at most 100 ms), so N writers racing
-    on one task spread out and each lands in about N rounds instead of all retrying in lock-step; the
-    worst case over the default 16 attempts is about 1.1 s of waiting.
+    the very record it was given, nothing is written. With `confirm_no_change` that outcome is decided
+    again on an authoritative read (`get(fresh=True)`) before it stands: a client's write (an answer) is
+    never dropped because a cached copy lagged behind another replica's write. Between tries the writer
+    sleeps a random time up to an exponentially growing cap ("full jitter": 2 ms, 4 ms, ... at most
+    100 ms), so N writers racing on one task spread out and each lands in about N rounds instead of all
+    retrying in lock-step; the worst case over the default 16 attempts is about 1.1 s of waiting.
 
     Raises:
         TaskNotFound: the task is missing or not visible to `owner`.
@@ -244,6 +251,9 @@ async def transact(
             await asyncio.sleep(random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt)))
         current = await store.get(task_id, owner)
         updated, value = change(current)
+        if updated is current and confirm_no_change:
+            current = await store.get(task_id, owner, fresh=True)
+            updated, value = change(current)
         if updated is current:
             return current, value
         try:

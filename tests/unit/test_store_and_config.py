@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from mcp_tasks.cli.settings import ServeSettings, Settings, SettingsError, validate
+from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.manifests import FileToolCatalog, load_manifest_file
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import InvalidToolManifest, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.interfaces import transact
 from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import REPO
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -112,3 +115,36 @@ def test_the_environment_reaches_fields_that_had_no_variable_and_shared_limits_r
         from_environment(Settings(), {"MCPTASKS_LIST_PAGE_SIZE": "ten"})
     with pytest.raises(SettingsError, match="MCPTASKS_LOG_JSON must be true or false"):
         from_environment(Settings(), {"MCPTASKS_LOG_JSON": "maybe"})
+
+
+class LaggingCache(SqliteTaskStore):
+    """A store whose ordinary reads lag one write behind, as a gateway's cache may behind another replica."""
+
+    stale: TaskRecord | None = None
+
+    async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
+        if not fresh and self.stale is not None:
+            return self.stale
+        return await super().get(task_id, owner, fresh=fresh)
+
+
+async def test_an_answer_is_not_dropped_because_a_cached_copy_lags(tmp_path: Path) -> None:
+    """`transact(confirm_no_change=True)`: "key not pending" is decided again on an authoritative read."""
+    tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
+    lagging = LaggingCache(tmp_path / "t.sqlite3")
+    async with lagging as store:
+        created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {}, NOW))
+        request = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
+        asked, _ = transitions.add_input_requests(created, [("k", request)], NOW)
+        await store.compare_and_swap(asked)
+        lagging.stale = created  # this replica has not seen the ask yet
+        answer = {"k": {"action": "accept", "content": {}}}
+
+        def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
+            return transitions.answer_input_requests(record, answer, NOW), None
+
+        unchanged, _ = await transact(store, created.task_id, apply)
+        assert unchanged.input_responses == {}, "without confirmation the cached copy decides: dropped"
+        lagging.stale = created
+        answered, _ = await transact(store, created.task_id, apply, confirm_no_change=True)
+        assert answered.input_responses == answer and answered.status is TaskStatus.WORKING

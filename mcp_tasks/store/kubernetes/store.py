@@ -212,8 +212,9 @@ class KubernetesTaskStore:
             raise
         return self._decode(self._remember(created, notify=True, created=True))
 
-    async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
-        """Read from the cache, or from the API server on a miss; foreign, expired and missing look alike.
+    async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
+        """Read from the cache, or from the API server on a miss or when `fresh`; foreign, expired and
+        missing look alike.
 
         Alike in timing too: an unknown id costs an authoritative GET (a cache miss must not answer "not
         found" by itself), so a cached task of another owner costs one as well before it is refused.
@@ -221,7 +222,7 @@ class KubernetesTaskStore:
         Raises:
             TaskNotFound: no such McpTask, another owner's, or expired.
         """
-        entry = self._cache.get(task_id)
+        entry = await self._fetch(task_id) if fresh else self._cache.get(task_id)
         if entry is not None and owner is not None and not _owned_by(entry.obj, owner):
             await self._fetch(task_id)  # a foreign task costs what an unknown id costs: one authoritative read
             raise TaskNotFound(task_id)

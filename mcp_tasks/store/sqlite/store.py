@@ -258,8 +258,10 @@ class SqliteTaskStore:
         self._feed.created()
         return _replace_version(record, 1)
 
-    async def get(self, task_id: str, owner: Owner | None = None) -> TaskRecord:
+    async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
         """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`.
+
+        Every read is authoritative here (`fresh` changes nothing).
 
         The owner is part of the query (`tenant`/`subject` columns, apart from the body), so another
         principal's task is one primary-key lookup that matches nothing, exactly like an unknown id:
