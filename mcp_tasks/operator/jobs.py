@@ -4,8 +4,9 @@ Names are deterministic (`mcptask-<taskId>`), so a handler that runs twice, or a
 mid-create, finds the existing objects (409 is success) and never makes a second Job. Both objects
 carry an owner reference to the McpTask, so deleting the task (expiry) removes them through the
 garbage collector. The Job runs the tool's image with the tool runtime contract's environment
-(`runtime.contract`), a restrictive security context, `activeDeadlineSeconds` from the tool's
-`maxRunTimeSeconds`, and retries only for tools declared idempotent.
+(`runtime.contract`), a restrictive security context, and retries only for tools declared idempotent.
+It has no `activeDeadlineSeconds`: that would count time spent waiting for input, which
+`maxRunTimeSeconds` does not; the reconciler enforces both limits from the McpTask instead.
 """
 
 from __future__ import annotations
@@ -148,7 +149,6 @@ def build_job(
             "ownerReferences": [owner_reference(task)],
         },
         "spec": {
-            "activeDeadlineSeconds": math.ceil(execution.max_run_time_seconds),
             "backoffLimit": settings.idempotent_retries if execution.idempotent else 0,
             "ttlSecondsAfterFinished": settings.job_ttl_after_finished_s,
             "podReplacementPolicy": "Failed",

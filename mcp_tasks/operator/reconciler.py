@@ -272,14 +272,37 @@ class Reconciler:
         if await self._change(
             record.task_id, transitions.failing(message, "StartTimeout"), "failed: pod did not start"
         ):
-            try:
-                await self.batch.delete_namespaced_job(
-                    object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
-                )
-                metrics.JOBS_DELETED.inc()
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            await self._delete_job(record.task_id)
+
+    async def _enforce_limits(self, record: TaskRecord, job: JsonObject, now: datetime) -> bool:
+        """Fail a task past its working time (`maxRunTimeSeconds`, not counting waits for input) or past one
+        wait for input (`maxInputWaitSeconds`), and delete its Job; True when it did.
+        """
+        tool = self.catalog.get_tool(record.tool)
+        if tool is None:
+            return False
+        limits = tool.execution
+        if transitions.input_wait_exceeded(record, limits.max_input_wait_seconds, now):
+            message = transitions.input_wait_message(record.tool, limits.max_input_wait_seconds)
+            change, why = transitions.failing(message, "InputTimeout"), "failed: no answer to its input request"
+        elif transitions.run_time_used_s(record, observe.created_at(job), now) >= limits.max_run_time_seconds:
+            message = f"Tool {record.tool!r} exceeded its maximum run time of {limits.max_run_time_seconds:g}s"
+            change, why = transitions.failing(message, "DeadlineExceeded"), "failed: maximum run time"
+        else:
+            return False
+        if await self._change(record.task_id, change, why):
+            await self._delete_job(record.task_id)
+        return True
+
+    async def _delete_job(self, task_id: str) -> None:
+        try:
+            await self.batch.delete_namespaced_job(
+                object_name(task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
+            )
+            metrics.JOBS_DELETED.inc()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     # ------------------------------------------------------------------ periodic
 
@@ -317,6 +340,8 @@ class Reconciler:
             await self.cancel(record)
             return
         if job is not None:
+            if await self._enforce_limits(record, job, now):
+                return
             await self.job_event(job)
             for pod in pods_by_task.get(record.task_id, []):
                 await self._check_start(record, pod)

@@ -506,22 +506,25 @@ class LocalRunner:
             logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
 
     async def _watch(self, task_id: str, tool: ToolSpec, process: ToolProcess, exited: asyncio.Task[int | None]) -> str:
-        """Renew the lease until the process exits, cancel is requested, or the deadline passes.
+        """Renew the lease until the process exits, cancel is requested, or a limit passes.
 
+        Limits: `maxRunTimeSeconds` of working time (time in `input_required` does not count) →
+        "deadline"; one wait for input longer than `maxInputWaitSeconds` → "input-timeout".
         While the task store cannot answer (`StoreUnavailable`: disk full, read-only file system) the tool
         keeps running: reads and renewals are retried with back-off (0.1 s doubling up to a third of the
         lease), since nothing else can take the lease over a store that cannot write either.
         """
-        deadline = self.clock() + timedelta(seconds=tool.execution.max_run_time_seconds)
+        started = self.clock()
+        limits = tool.execution
+        waited_before_ms: int | None = None  # the task's input wait when this run started
         renew_every = self.settings.lease_duration_s / 3
         next_renew = self.clock() + timedelta(seconds=renew_every)
         backoff_s = _STORE_RETRY_FIRST_S
+        until_limit_s = limits.max_run_time_seconds
         while True:
             now = self.clock()
             if exited.done():
                 return "exited"
-            if now >= deadline:
-                return "deadline"
             process.trim_log()
             try:
                 record = await self.store.get(task_id)
@@ -531,6 +534,17 @@ class LocalRunner:
                     return "cancel"
                 if transitions.is_abandoned(record, now):
                     return "abandoned"
+                if waited_before_ms is None:
+                    waited_before_ms = record.input_wait_ms
+                if transitions.input_wait_exceeded(record, limits.max_input_wait_seconds, now):
+                    return "input-timeout"
+                used_s = transitions.run_time_used_s(record, started, now, waited_before_ms)
+                if used_s >= limits.max_run_time_seconds:
+                    return "deadline"
+                if record.input_required_since is not None:  # waiting: only the input-wait limit runs
+                    until_limit_s = limits.max_input_wait_seconds - (now - record.input_required_since).total_seconds()
+                else:
+                    until_limit_s = limits.max_run_time_seconds - used_s
                 if now >= next_renew:
                     try:
                         await transact(
@@ -557,10 +571,8 @@ class LocalRunner:
                 backoff_s = min(backoff_s * 2, renew_every)
                 continue
             backoff_s = _STORE_RETRY_FIRST_S
-            until = min(deadline, next_renew) - now
-            await first_of(
-                self.store.wait_for_change(max(until.total_seconds(), 0.01), task_id), asyncio.shield(exited)
-            )
+            until_s = min(until_limit_s + 0.01, (next_renew - now).total_seconds())
+            await first_of(self.store.wait_for_change(max(until_s, 0.01), task_id), asyncio.shield(exited))
 
     async def _conclude(
         self, task_id: str, tool: ToolSpec, process: ToolProcess, execution: Execution, reason: str
@@ -583,6 +595,12 @@ class LocalRunner:
             message = f"Tool {tool.name!r} exceeded its maximum run time of {tool.execution.max_run_time_seconds:g}s"
             logger.warning("task %s: %s", task_id, message)
             await self._finish_if_running(task_id, transitions.failing(message, "DeadlineExceeded"))
+            return
+        if reason == "input-timeout":
+            await process.stop(grace)
+            message = transitions.input_wait_message(tool.name, tool.execution.max_input_wait_seconds)
+            logger.warning("task %s: %s", task_id, message)
+            await self._finish_if_running(task_id, transitions.failing(message, "InputTimeout"))
             return
         if reason == "finished":
             # The result is recorded; give the tool its grace period to exit by itself.

@@ -79,7 +79,9 @@ class TaskRecord:
     `error` a JSON-RPC error object. `ttl_ms` counts from `created_at`. `version` is the store's opaque
     CAS token (a row counter in SQLite, `metadata.resourceVersion` in Kubernetes): compare it only for equality.
     `progress` is the tool's last numeric report `{progress, total?}` (a synchronous caller's
-    `notifications/progress`); clients of a task see it only as `status_message`.
+    `notifications/progress`); clients of a task see it only as `status_message`. `input_wait_ms` is the
+    time spent in `input_required` so far (ms) and `input_required_since` when the current wait began:
+    waiting does not count against `maxRunTimeSeconds`, and one wait is bounded by `maxInputWaitSeconds`.
     """
 
     task_id: TaskId
@@ -107,6 +109,8 @@ class TaskRecord:
     retention_ms: int | None = None
     traceparent: str | None = None
     watched_until: datetime | None = None
+    input_wait_ms: int = 0
+    input_required_since: datetime | None = None
     version: str = ""
 
     @property

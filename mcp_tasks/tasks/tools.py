@@ -51,7 +51,11 @@ class ExecutionSpec(_Spec):
     idempotent: bool = False
     """May a run whose outcome is unknown (lease lost) be started again from scratch?"""
     max_run_time_seconds: float = Field(600.0, alias="maxRunTimeSeconds", gt=0)
-    """Wall-clock limit of one run, in seconds; past it the task is `failed`."""
+    """Limit of one run's working time, in seconds (time waiting for input does not count); past it the
+    task is `failed`."""
+    max_input_wait_seconds: float = Field(3600.0, alias="maxInputWaitSeconds", gt=0)
+    """Longest wait for an answer to the tool's input requests, in seconds; past it the task is `failed`
+    saying nobody answered."""
     sync_timeout_seconds: float = Field(30.0, alias="syncTimeoutSeconds", gt=0)
     """Bounded wait for a synchronous (non-task) run, in seconds."""
     poll_interval_ms: int = Field(1000, alias="pollIntervalMs", gt=0)

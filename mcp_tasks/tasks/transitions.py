@@ -40,7 +40,44 @@ ALLOWED: Final[Mapping[TaskStatus, frozenset[TaskStatus]]] = {
 def _move(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
     if record.status.is_terminal or (status is not record.status and status not in ALLOWED[record.status]):
         raise IllegalTransition(f"task {record.task_id}: {record.status} → {status} is not allowed")
+    waiting = record.status is TaskStatus.INPUT_REQUIRED
+    if status is TaskStatus.INPUT_REQUIRED and not waiting:
+        changes.setdefault("input_required_since", now)
+    elif waiting and status is not TaskStatus.INPUT_REQUIRED and record.input_required_since is not None:
+        waited_ms = max(0, to_epoch_ms(now) - to_epoch_ms(record.input_required_since))
+        changes.setdefault("input_wait_ms", record.input_wait_ms + waited_ms)
+        changes.setdefault("input_required_since", None)
     return dataclasses.replace(record, status=status, last_updated_at=now, **changes)  # type: ignore[arg-type]  # kwargs are record fields
+
+
+def run_time_used_s(record: TaskRecord, started_at: datetime, now: datetime, waited_before_ms: int = 0) -> float:
+    """Seconds of `maxRunTimeSeconds` a run started at `started_at` has used by `now`, in seconds.
+
+    Time spent in `input_required` does not count: `waited_before_ms` is the task's `input_wait_ms` when
+    the run started; the current wait (since `input_required_since`) counts from the run's start at most.
+    """
+    waited_ms = record.input_wait_ms - waited_before_ms
+    if record.input_required_since is not None:
+        waited_ms += max(0, to_epoch_ms(now) - max(to_epoch_ms(record.input_required_since), to_epoch_ms(started_at)))
+    return max(0.0, (now - started_at).total_seconds() - waited_ms / 1000)
+
+
+def input_wait_exceeded(record: TaskRecord, max_input_wait_s: float, now: datetime) -> bool:
+    """True when the task has waited for an answer longer than `max_input_wait_s` seconds without one."""
+    since = record.input_required_since
+    return (
+        record.status is TaskStatus.INPUT_REQUIRED
+        and since is not None
+        and (now - since).total_seconds() > max_input_wait_s
+    )
+
+
+def input_wait_message(tool: str, max_input_wait_s: float) -> str:
+    """The `statusMessage` of a task ended because nobody answered its input requests in time."""
+    return (
+        f"Tool {tool!r} waited {max_input_wait_s:g}s for an answer to its input request without one "
+        "(maxInputWaitSeconds) and was stopped; call it again to be asked again"
+    )
 
 
 def new_task(
@@ -435,6 +472,8 @@ def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
         now,
         input_requests={},
         input_responses={},
+        input_wait_ms=0,
+        input_required_since=None,
         lease=None,
         status_message="Restarted after the previous worker was lost (tool is idempotent)",
     )

@@ -104,7 +104,7 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
     )
     spec = job["spec"]
     assert spec["backoffLimit"] == 2, "hello_world is declared idempotent: it may be re-run"
-    assert spec["activeDeadlineSeconds"] == 900 and spec["ttlSecondsAfterFinished"] > 0
+    assert "activeDeadlineSeconds" not in spec and spec["ttlSecondsAfterFinished"] > 0
     container = spec["template"]["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -479,3 +479,23 @@ async def test_a_hidden_task_whose_gateway_stopped_watching_is_cancelled_by_the_
             await asyncio.sleep(0.2)
     assert done.status.value == "cancelled" and "nobody can read its result" in (done.status_message or "")
     await until(lambda: not jobs_of(control_plane, namespace, record.task_id))
+
+
+async def test_the_operator_does_not_count_input_waits_against_the_run_time(
+    gateways: Gateways, operators: Operators, http_session: aiohttp.ClientSession, control_plane: ControlPlane
+) -> None:
+    """The Job has no `activeDeadlineSeconds` (it would count the wait): the reconciler enforces
+    `maxRunTimeSeconds` on working time and `maxInputWaitSeconds` on one wait, from the McpTask."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    answered = await mcp.start_task("patient_asker", {"seconds": 0.2})
+    asked = await mcp.wait_status(answered, "input_required", timeout_s=WAIT_S)
+    await asyncio.sleep(2.0)
+    (key,) = asked["inputRequests"]
+    await mcp.update(answered, {key: {"action": "accept", "content": {"word": "late"}}})
+    done = await mcp.wait_status(answered, "completed", "failed", timeout_s=WAIT_S)
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "worked on late", done
+
+    unanswered = await mcp.start_task("patient_asker", {"seconds": 0})
+    ended = await mcp.wait_status(unanswered, "completed", "failed", timeout_s=WAIT_S)
+    assert ended["status"] == "failed" and "maxInputWaitSeconds" in ended["statusMessage"], ended

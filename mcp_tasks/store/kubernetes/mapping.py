@@ -35,7 +35,7 @@ from mcp_tasks.store.kubernetes.resources import (
 )
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import Lease, TaskRecord, iso_ms
+from mcp_tasks.tasks.record import Lease, TaskRecord, iso_ms, to_epoch_ms
 
 
 class ImmutableFieldChanged(ValueError):
@@ -130,6 +130,12 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         _time(status.last_updated_at) if status.last_updated_at else created_at,
         *(_time(t) for t in (spec.last_answered_at, spec.cancel_requested_at) if t is not None),
     ]
+    waited_ms, waiting_since = status.input_wait_ms, _opt_time(status.input_required_since)
+    if waiting_since is not None and task_status is not TaskStatus.INPUT_REQUIRED:
+        # answered through the spec (a client write): the wait ended when the last answer came
+        ended = _opt_time(spec.last_answered_at) or max(moments)
+        waited_ms += max(0, to_epoch_ms(ended) - to_epoch_ms(waiting_since))
+        waiting_since = None
     return TaskRecord(
         task_id=TaskId(name),
         owner=Owner(tenant=spec.owner.tenant, subject=spec.owner.subject),
@@ -156,6 +162,8 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         error=status.error,
         lease=None if status.lease is None else Lease(status.lease.holder, _time(status.lease.expires_at)),
         attempt=status.attempt,
+        input_wait_ms=waited_ms,
+        input_required_since=waiting_since,
         version=version,
     )
 
@@ -241,6 +249,8 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         if record.lease is None
         else TaskLease(holder=record.lease.holder, expires_at=iso_ms(record.lease.expires_at)),
         attempt=record.attempt,
+        input_wait_ms=record.input_wait_ms,
+        input_required_since=_opt_iso(record.input_required_since),
         conditions=conditions.task_conditions(record, status.conditions, int(obj["metadata"].get("generation") or 0)),
     )
     return WritePlan(spec=new_spec if spec_changed else None, status=new_status)

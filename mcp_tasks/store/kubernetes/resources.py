@@ -150,5 +150,11 @@ class McpTaskStatus(_Resource):
     """A JSON-RPC error object `{code, message, data?}` for `failed` tasks."""
     lease: TaskLease | None = None
     attempt: int = Field(0, ge=0)
+    input_wait_ms: int = Field(0, alias="inputWaitMs", ge=0)
+    """Time spent waiting for input so far, in ms (it does not count against `maxRunTimeSeconds`)."""
+    input_required_since: str | None = Field(
+        None, alias="inputRequiredSince", json_schema_extra={"format": "date-time"}
+    )
+    """When the current wait for input began."""
     conditions: list[TaskCondition] = Field(default_factory=list)
     """`Started`, `InputRequired` and `Finished` (store/kubernetes/conditions.py), one of each type."""

@@ -70,6 +70,8 @@ def _encode_body(record: TaskRecord) -> str:
         "retentionMs": record.retention_ms,
         "traceparent": record.traceparent,
         "watchedUntilMs": _ms(record.watched_until),
+        "inputWaitMs": record.input_wait_ms,
+        "inputRequiredSinceMs": _ms(record.input_required_since),
         "leaseProcess": None
         if record.lease is None or record.lease.process is None
         else _process_json(record.lease.process),
@@ -129,6 +131,10 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         retention_ms=data.get("retentionMs"),
         traceparent=data.get("traceparent"),
         watched_until=None if data.get("watchedUntilMs") is None else from_epoch_ms(data["watchedUntilMs"]),
+        input_wait_ms=data.get("inputWaitMs", 0),
+        input_required_since=(
+            None if data.get("inputRequiredSinceMs") is None else from_epoch_ms(data["inputRequiredSinceMs"])
+        ),
         version=str(version),
     )
 
