@@ -20,6 +20,7 @@ reached a terminal state is never changed again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -47,6 +48,8 @@ logger = logging.getLogger("mcp_tasks.operator")
 
 Change = Callable[[TaskRecord, datetime], TaskRecord]
 TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
+EXPIRY_BATCH = 1000
+"""Expired tasks deleted per batch of a sweep (each batch concurrently; batches until none is left)."""
 
 
 JOB_LOST = (
@@ -306,12 +309,23 @@ class Reconciler:
 
     # ------------------------------------------------------------------ periodic
 
+    async def expire(self, now: datetime) -> int:
+        """Delete every finished task past its TTL, with its artifacts (Jobs and Secrets go by owner
+        reference); return how many. Batches of `EXPIRY_BATCH`, each deleted concurrently, until none is
+        left, so expiry keeps up with any sustained create rate instead of a fixed number per sweep.
+        """
+        deleted = 0
+        while task_ids := await self.store.delete_expired(now, EXPIRY_BATCH):
+            await asyncio.gather(*(self.artifacts.delete_task(task_id) for task_id in task_ids))
+            deleted += len(task_ids)
+        if deleted:
+            logger.info("deleted %d expired tasks", deleted)
+        return deleted
+
     async def sweep(self) -> None:
         """Catch up on anything events missed: expiry, TTL keep-alive, start deadlines, cancellations, lost Jobs."""
         now = self.clock()
-        for task_id in await self.store.delete_expired(now, 100):
-            logger.info("task %s: expired; deleted", task_id)
-            await self.artifacts.delete_task(task_id)
+        await self.expire(now)
         running = list(await self.store.list_runnable(now, 10_000))  # no leases here: every unfinished task
         if not running:
             return

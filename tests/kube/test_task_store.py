@@ -233,3 +233,22 @@ def _new_record(ttl_ms: int = 60_000) -> TaskRecord:
         ttl_ms=ttl_ms,
         poll_interval_ms=100,
     )
+
+
+async def test_more_expired_tasks_than_one_old_sweep_took_are_deleted_at_once(
+    api_client: ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """Expiry deletes concurrently and without the old 100-per-sweep cap, so it keeps up with creation."""
+    store = KubernetesTaskStore(api_client, namespace)
+    await store.open()
+    try:
+        records = await asyncio.gather(*(store.create(_new_record(ttl_ms=1000)) for _ in range(150)))
+        await asyncio.gather(
+            *(transact(store, r.task_id, lambda r: (transitions.cancel(r, utc_now()), None)) for r in records)
+        )
+        deleted = await store.delete_expired(utc_now() + timedelta(seconds=2), 1000)
+        assert sorted(deleted) == sorted(r.task_id for r in records)
+        listed = control_plane.kubectl("get", "mcptasks", "-n", namespace, "-o", "name").split()
+        assert listed == []
+    finally:
+        await store.aclose()

@@ -14,6 +14,7 @@ API errors become domain errors here; anything else propagates as `kubernetes_as
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -53,6 +54,8 @@ _OPERATIONS: Final = {
 """API calls by the operation label they are timed under (`mcptasks_store_operation_duration_seconds`)."""
 
 DEFAULT_MAX_OBJECT_BYTES: Final = 512 * 1024
+EXPIRY_CONCURRENCY: Final = 16
+"""DELETE requests in flight at once while expired McpTasks are removed."""
 """Upper bound of one serialized McpTask, in bytes: well under etcd's 1.5 MiB request limit, leaving room
 for `managedFields`. A backstop behind the inline-result cap; larger results are artifacts."""
 
@@ -372,31 +375,43 @@ class KubernetesTaskStore:
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete up to `limit` terminal McpTasks past `createdAt + ttlMs`, each guarded by its resourceVersion.
 
-        Owned objects (Jobs, Secrets) go with them through their owner references (garbage collector).
+        Up to `EXPIRY_CONCURRENCY` DELETE requests are in flight at once, so expiry keeps up with a create
+        rate far above one task per round trip. Owned objects (Jobs, Secrets) go with them through their
+        owner references (garbage collector).
         """
-        deleted: list[str] = []
-        for record in sorted((r for r in self._records() if r.is_expired(now)), key=lambda r: r.expires_at)[:limit]:
-            try:
-                await self._request(
-                    self._api.delete_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    TASK_PLURAL,
-                    record.task_id,
-                    body=V1DeleteOptions(
-                        preconditions=V1Preconditions(resource_version=record.version),
-                        propagation_policy="Background",
-                    ),
-                )
-            except ApiException as exc:
-                if exc.status in (404, 409):
-                    continue
-                raise
-            self._cache.pop(record.task_id, None)
-            self._notify([record.task_id])
-            deleted.append(record.task_id)
-        return deleted
+        expired = sorted((r for r in self._records() if r.is_expired(now)), key=lambda r: r.expires_at)[:limit]
+        gate = asyncio.Semaphore(EXPIRY_CONCURRENCY)
+
+        async def delete(record: TaskRecord) -> str | None:
+            async with gate:
+                return await self._delete_expired(record)
+
+        return [task_id for task_id in await asyncio.gather(*(delete(r) for r in expired)) if task_id is not None]
+
+    async def _delete_expired(self, record: TaskRecord) -> str | None:
+        """Delete one expired McpTask at its version; its id, or `None` when it changed or is gone."""
+        try:
+            await self._request(
+                self._api.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                TASK_PLURAL,
+                record.task_id,
+                body=V1DeleteOptions(
+                    preconditions=V1Preconditions(resource_version=record.version),
+                    propagation_policy="Background",
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                self._cache.pop(record.task_id, None)  # deleted by another replica
+            if exc.status in (404, 409):
+                return None
+            raise
+        self._cache.pop(record.task_id, None)
+        self._notify([record.task_id])
+        return record.task_id
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
         """Wait for a watch event on `task_id` (or any McpTask), or `timeout_s` seconds."""
