@@ -22,7 +22,7 @@ from mcp_tasks.cli.gateway import api_error, connect
 from mcp_tasks.cli.serve import start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.observability import metrics
-from mcp_tasks.operator.credentials import TaskExecutions, load_or_create_key
+from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.reconciler import Reconciler
@@ -94,18 +94,17 @@ async def operator(settings: Settings) -> None:
         try:
             await store.open()
             await catalog.open()
-            key = await load_or_create_key(api, namespace)
             await ensure_peering(api, namespace, config.peering)
         except ApiException as exc:
             raise SettingsError(
-                f"cannot watch McpTasks/McpTools or manage Secrets in namespace {namespace!r}: {api_error(exc)} "
+                f"cannot watch McpTasks/McpTools in namespace {namespace!r}: {api_error(exc)} "
                 "(does the namespace exist? CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
             ) from exc
-        executions = TaskExecutions(key, store, catalog)
+        executions = TaskExecutions(PodIdentity(api, namespace, store), store, catalog)
         recorder = EventRecorder(api, namespace, store)
         recorder.start()
         stop_observing = add_write_observer(recorder.observe)
-        reconciler = Reconciler(api, store, catalog, artifacts, executions, config, utc_now, recorder.emit)
+        reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
 
         def tool_running(execution: Execution) -> None:

@@ -1,88 +1,146 @@
-"""Per-task worker credentials, and the worker API's view of a task running in a pod.
+"""Which task a tool pod runs, proven without a Secret per task: a projected ServiceAccount token.
 
-The operator keeps one random key in a Secret (`mcptasks-operator-key`, created on first start and
-shared by every replica). A task's worker token is HMAC(key, taskId): the operator writes it into a
-Secret owned by the McpTask, the Job passes it to the pod, and any replica can verify it without
-remembering anything, also after a restart. A token authorizes exactly one task.
+Each Job's pod gets a projected ServiceAccount token with its own audience (`WORKER_TOKEN_AUDIENCE`),
+bound by the kubelet to that pod, and presents it to the worker API. The operator asks the API
+server who it is (`TokenReview` with that audience: the pod's name and uid come back as claims) and
+then follows the owner chain it created itself: that pod, labelled with the task id, controlled by
+the Job `mcptask-<taskId>`, which is controlled by the McpTask of that id. Only then is the call the
+task's. A verified token is remembered for `VERIFIED_FOR_S`, so a tool's calls cost one review a
+minute, not one each. The operator needs `create tokenreviews` (the `system:auth-delegator`
+ClusterRole) and `get` on pods and Jobs, and no access to Secrets at all (docs/kubernetes.md).
 """
 
 from __future__ import annotations
 
-import base64
-import hmac
+import hashlib
 import logging
-import secrets
+import time
 from typing import Any, Final, cast
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client import ApiClient, AuthenticationV1Api, BatchV1Api, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mcp_tasks.operator.jobs import worker_token
+from mcp_tasks.operator.jobs import TASK_ID_LABEL, WORKER_TOKEN_AUDIENCE, object_name
+from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.tasks.errors import TaskNotFound
-from mcp_tasks.tasks.interfaces import TaskStore, ToolCatalog
+from mcp_tasks.tasks.interfaces import ToolCatalog
 from mcp_tasks.worker.executions import Execution
 
 logger = logging.getLogger("mcp_tasks.operator")
 
-KEY_SECRET: Final = "mcptasks-operator-key"
-KEY_FIELD: Final = "worker-key"
+POD_NAME_CLAIM: Final = "authentication.kubernetes.io/pod-name"
+POD_UID_CLAIM: Final = "authentication.kubernetes.io/pod-uid"
+VERIFIED_FOR_S: Final = 60.0
+"""How long a verified token is believed without another review, in seconds."""
+MAX_REMEMBERED: Final = 10_000
+"""Verified tokens remembered at most (then the memory starts afresh)."""
 
 
-async def load_or_create_key(api: ApiClient, namespace: str) -> bytes:
-    """The operator key from its Secret, creating the Secret (32 random bytes) if it does not exist.
+def _controller(obj: Any) -> Any:
+    return next((ref for ref in obj.metadata.owner_references or [] if ref.controller), None)
 
-    Two replicas starting at once both try to create it; the loser of the 409 reads the winner's key.
 
-    Raises:
-        ApiException: the Secret cannot be read or created (RBAC: get/create secrets in the namespace).
+class PodIdentity:
+    """Maps a presented token to the task id of the pod it was issued to, or `None`.
+
+    Args:
+        api: an API client with the operator's credentials.
+        namespace: where the operator's tasks, Jobs and pods live.
+        store: the McpTask store (the chain ends at the McpTask's uid).
     """
-    core = CoreV1Api(api)
-    try:
-        secret = await core.read_namespaced_secret(KEY_SECRET, namespace)
-        return base64.b64decode(secret.data[KEY_FIELD])
-    except ApiException as exc:
-        if exc.status != 404:
+
+    def __init__(self, api: ApiClient, namespace: str, store: KubernetesTaskStore) -> None:
+        self.namespace = namespace
+        self.store = store
+        self._auth = AuthenticationV1Api(api)
+        self._core = CoreV1Api(api)
+        self._batch = BatchV1Api(api)
+        self._verified: dict[str, tuple[str, float]] = {}
+
+    async def task_of(self, token: str) -> str | None:
+        """The task id whose pod holds `token`; `None` for a token that is not one (any reason alike)."""
+        if not token:
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        known = self._verified.get(digest)
+        if known is not None and known[1] > time.monotonic():
+            return known[0]
+        try:
+            task_id = await self._review(token)
+        except ApiException as exc:
+            logger.warning("worker API: could not verify a pod's token (%s %s)", exc.status, exc.reason)
+            return None
+        if task_id is not None:
+            if len(self._verified) >= MAX_REMEMBERED:
+                self._verified.clear()
+            self._verified[digest] = (task_id, time.monotonic() + VERIFIED_FOR_S)
+        return task_id
+
+    async def _review(self, token: str) -> str | None:
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [WORKER_TOKEN_AUDIENCE]},
+        }
+        answer = await self._auth.create_token_review(cast(Any, review))
+        status = answer.status
+        if not status.authenticated or WORKER_TOKEN_AUDIENCE not in (status.audiences or []):
+            return None
+        user = status.user
+        if not str(user.username or "").startswith(f"system:serviceaccount:{self.namespace}:"):
+            return None
+        extra = user.extra or {}
+        pod_names, pod_uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
+        if len(pod_names) != 1 or len(pod_uids) != 1:
+            return None  # not a pod-bound token
+        return await self._chain(str(pod_names[0]), str(pod_uids[0]))
+
+    async def _chain(self, pod_name: str, pod_uid: str) -> str | None:
+        """Pod (that uid, labelled with a task) → its controller Job `mcptask-<taskId>` → the McpTask."""
+        try:
+            pod = await self._core.read_namespaced_pod(pod_name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
             raise
-    key = secrets.token_bytes(32)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": KEY_SECRET, "labels": {"app.kubernetes.io/managed-by": "mcp-tasks"}},
-        "type": "Opaque",
-        "data": {KEY_FIELD: base64.b64encode(key).decode()},
-    }
-    try:
-        await core.create_namespaced_secret(namespace, cast(Any, body))  # a plain dict is sent as is
-        logger.info("created the worker key Secret %s/%s", namespace, KEY_SECRET)
-        return key
-    except ApiException as exc:
-        if exc.status != 409:
+        task_id = (pod.metadata.labels or {}).get(TASK_ID_LABEL)
+        job_ref = _controller(pod)
+        if pod.metadata.uid != pod_uid or not task_id or job_ref is None or job_ref.kind != "Job":
+            return None
+        if job_ref.name != object_name(task_id):
+            return None
+        try:
+            job = await self._batch.read_namespaced_job(job_ref.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
             raise
-    secret = await core.read_namespaced_secret(KEY_SECRET, namespace)
-    return base64.b64decode(secret.data[KEY_FIELD])
+        task_ref = _controller(job)
+        task = await self.store.raw(task_id)
+        if job.metadata.uid != job_ref.uid or task_ref is None or task is None:
+            return None
+        if task_ref.kind != "McpTask" or task_ref.name != task_id or task_ref.uid != task["metadata"]["uid"]:
+            return None
+        return task_id
 
 
 class TaskExecutions:
-    """`ExecutionLookup` for pods: the execution id is the taskId, the token its HMAC credential.
+    """`ExecutionLookup` for pods: the execution id is the taskId, the token the pod's projected token.
 
     Args:
-        key: the operator key.
+        identity: verifies tokens (`PodIdentity`).
         store: the McpTask store (the execution's arguments and pre-task answers come from the task).
         catalog: the McpTools.
     """
 
-    def __init__(self, key: bytes, store: TaskStore, catalog: ToolCatalog) -> None:
-        self._key = key
+    def __init__(self, identity: PodIdentity, store: KubernetesTaskStore, catalog: ToolCatalog) -> None:
+        self.identity = identity
         self.store = store
         self.catalog = catalog
 
-    def token_for(self, task_id: str) -> str:
-        """The worker token of `task_id`."""
-        return worker_token(self._key, task_id)
-
     async def resolve(self, execution_id: str, token: str) -> Execution | None:
-        """The task's execution when `token` is its credential, else `None` (unknown and unauthorized look alike)."""
-        if not hmac.compare_digest(token.encode(), self.token_for(execution_id).encode()):
+        """The task's execution when `token` belongs to that task's pod, else `None` (all refusals alike)."""
+        if await self.identity.task_of(token) != execution_id:
             return None
         try:
             record = await self.store.get(execution_id)

@@ -1,18 +1,18 @@
-"""What the operator creates for one McpTask: its worker-credential Secret and its Job. Pure functions.
+"""What the operator creates for one McpTask: its Job. Pure functions.
 
-Names are deterministic (`mcptask-<taskId>`), so a handler that runs twice, or an operator restarted
-mid-create, finds the existing objects (409 is success) and never makes a second Job. Both objects
-carry an owner reference to the McpTask, so deleting the task (expiry) removes them through the
-garbage collector. The Job runs the tool's image with the tool runtime contract's environment
-(`runtime.contract`), a restrictive security context, and retries only for tools declared idempotent.
+The name is deterministic (`mcptask-<taskId>`), so a handler that runs twice, or an operator restarted
+mid-create, finds the existing Job (409 is success) and never makes a second one. It carries an owner
+reference to the McpTask, so deleting the task (expiry) removes it through the garbage collector.
+The Job runs the tool's image with the tool runtime contract's environment (`runtime.contract`), a
+restrictive security context, and retries only for tools declared idempotent. The pod proves which
+task it runs with a projected ServiceAccount token of audience `WORKER_TOKEN_AUDIENCE`, bound to the
+pod (`credentials.PodIdentity`): no Secret per task.
 It has no `activeDeadlineSeconds`: that would count time spent waiting for input, which
 `maxRunTimeSeconds` does not; the reconciler enforces both limits from the McpTask instead.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 from typing import Any, Final
 
@@ -26,21 +26,17 @@ PREFIX: Final = "mcptask-"
 TASK_ID_LABEL: Final = "mcptasks.io/task-id"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
-TOKEN_KEY: Final = "token"
-"""Key of the worker token in the per-task Secret."""
+WORKER_TOKEN_AUDIENCE: Final = "mcp-tasks-worker"
+"""Audience of the projected ServiceAccount token a tool pod presents to the worker API."""
+TOKEN_DIR: Final = "/var/run/secrets/mcp-tasks"
+"""Where the pod's worker token is mounted (file `token`; the kubelet rotates it)."""
+TOKEN_LIFETIME_S: Final = 3600
+"""`expirationSeconds` of the projected token (the kubelet renews it at 80% of its life)."""
 
 
 def object_name(task_id: str) -> str:
-    """Name of the task's Job and Secret: `mcptask-<taskId>` (40 characters for a 32-hex taskId)."""
+    """Name of the task's Job: `mcptask-<taskId>` (40 characters for a 32-hex taskId)."""
     return PREFIX + task_id
-
-
-def worker_token(key: bytes, task_id: str) -> str:
-    """The task's worker credential: HMAC-SHA256(operator key, taskId), hex.
-
-    Derived, not stored in the operator: any replica, before or after a restart, can verify it.
-    """
-    return hmac.new(key, task_id.encode(), hashlib.sha256).hexdigest()
 
 
 def owner_reference(task: JsonObject) -> JsonObject:
@@ -73,22 +69,6 @@ def labels(task: JsonObject, tool: str, instance: str | None = None) -> dict[str
     return child
 
 
-def build_secret(task: JsonObject, token: str, tool: str) -> JsonObject:
-    """The per-task Secret holding the worker token (mounted into the pod as an env var)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": object_name(task["metadata"]["name"]),
-            "namespace": task["metadata"]["namespace"],
-            "labels": labels(task, tool),
-            "ownerReferences": [owner_reference(task)],
-        },
-        "type": "Opaque",
-        "stringData": {TOKEN_KEY: token},
-    }
-
-
 def build_job(
     task: JsonObject, tool: ToolSpec, settings: OperatorSettings, traceparent: str | None = None
 ) -> JsonObject:
@@ -105,7 +85,7 @@ def build_job(
     execution = tool.execution
     env: list[dict[str, Any]] = [
         {"name": contract.ENV_WORKER_URL, "value": f"{settings.pod_worker_url.rstrip('/')}/v1/executions/{task_id}"},
-        {"name": contract.ENV_WORKER_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": TOKEN_KEY}}},
+        {"name": contract.ENV_WORKER_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
         {"name": contract.ENV_TASK_ID, "value": task_id},
         *({"name": var.name, "value": var.value} for var in container_spec.env),
         *([{"name": ENV_TRACEPARENT, "value": traceparent}] if traceparent else []),
@@ -123,7 +103,10 @@ def build_job(
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "worker-token", "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
     }
     if container_spec.working_dir:
         container["workingDir"] = container_spec.working_dir
@@ -134,10 +117,27 @@ def build_job(
         "terminationGracePeriodSeconds": math.ceil(execution.cancel_grace_seconds),
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+            {
+                "name": "worker-token",
+                "projected": {
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "audience": WORKER_TOKEN_AUDIENCE,
+                                "expirationSeconds": TOKEN_LIFETIME_S,
+                                "path": "token",
+                            }
+                        }
+                    ]
+                },
+            },
+        ],
     }
-    if settings.service_account:
-        pod_spec["serviceAccountName"] = settings.service_account
+    # Named even when it is the namespace's `default`: a projected token needs an explicit account (the
+    # API server refuses one otherwise when its ServiceAccount admission does not fill the name in).
+    pod_spec["serviceAccountName"] = settings.service_account or "default"
     job_labels = labels(task, tool.name, settings.instance)
     return {
         "apiVersion": "batch/v1",

@@ -32,9 +32,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import observe
-from mcp_tasks.operator.credentials import TaskExecutions
 from mcp_tasks.operator.events import TaskEvent
-from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, build_secret, object_name
+from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, object_name
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
@@ -72,7 +71,6 @@ class Reconciler:
         store: the McpTask store of the namespace.
         catalog: the McpTools of the namespace.
         artifacts: where large results are kept (deleted with their task).
-        executions: worker credentials (the per-task Secret's token).
         settings: operator settings.
         clock: UTC clock.
         emit: where Kubernetes Events go (`EventRecorder.emit`; it never blocks). Default: nowhere.
@@ -84,7 +82,6 @@ class Reconciler:
         store: KubernetesTaskStore,
         catalog: ToolCatalog,
         artifacts: ArtifactStore,
-        executions: TaskExecutions,
         settings: OperatorSettings,
         clock: Clock,
         emit: Callable[[TaskEvent], None] | None = None,
@@ -96,7 +93,6 @@ class Reconciler:
         self.namespace = store.namespace
         self.catalog = catalog
         self.artifacts = artifacts
-        self.executions = executions
         self.settings = settings
         self.clock = clock
         self._with_job: set[str] = set()  # tasks whose Job is known to exist (saves a 409 per task event)
@@ -140,7 +136,7 @@ class Reconciler:
         await self.ensure_job(task, record)
 
     async def ensure_job(self, task: JsonObject, record: TaskRecord) -> None:
-        """Create the task's Secret and Job unless they exist (409: adopt the existing ones)."""
+        """Create the task's Job unless it exists (409: adopt the existing one)."""
         if record.task_id in self._with_job:
             return
         tool = self.catalog.get_tool(record.tool)
@@ -158,18 +154,12 @@ class Reconciler:
             await self._create_job(record, task, tool, traceparent)
 
     async def _create_job(self, record: TaskRecord, task: JsonObject, tool: ToolSpec, traceparent: str | None) -> None:
-        """Create the task's Secret and Job (idempotent: an existing one is kept) and start its attempt."""
+        """Create the task's Job (idempotent: an existing one is kept) and start its attempt."""
         try:
             job = build_job(task, tool, self.settings, traceparent)
         except ValueError as exc:
             await self._change(record.task_id, transitions.failing(str(exc), "InvalidTool"), "failed: no image")
             return
-        secret = build_secret(task, self.executions.token_for(record.task_id), tool.name)
-        try:
-            await self.core.create_namespaced_secret(self.namespace, cast(Any, secret))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
         try:
             await self.batch.create_namespaced_job(self.namespace, cast(Any, job))
         except ApiException as exc:

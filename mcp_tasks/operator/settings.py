@@ -21,8 +21,9 @@ class OperatorSettings:
             McpTask's own expiry removes it earlier through the owner reference.
         idempotent_retries: `backoffLimit` for tools declared idempotent (others get 0: never re-run).
         sweep_interval_s: how often expiry, start deadlines and TTL keep-alive are checked, in seconds.
-        service_account: service account of tool pods (default: none mounted; `automountServiceAccountToken`
-            is off either way).
+        service_account: service account of tool pods (default: the namespace's `default`). Its default
+            token is not mounted (`automountServiceAccountToken` off); the pod gets only the projected
+            worker token (audience `mcp-tasks-worker`) it proves its task with, so it needs no permissions.
         inline_result_max_bytes: largest result kept inline in the McpTask, in bytes (default 256 KiB);
             larger results become artifacts and the task carries a `resource_link`.
         artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).

@@ -12,7 +12,10 @@ from typing import Final
 ENV_WORKER_URL: Final = "MCPTASKS_WORKER_URL"
 """Base URL of this execution on the worker API, e.g. `http://127.0.0.1:41234/v1/executions/<id>`."""
 ENV_WORKER_TOKEN: Final = "MCPTASKS_WORKER_TOKEN"
-"""Bearer token that authorizes this process, and only it, on its own execution."""
+"""Bearer token that authorizes this process, and only it, on its own execution (embedded runner)."""
+ENV_WORKER_TOKEN_FILE: Final = "MCPTASKS_WORKER_TOKEN_FILE"
+"""Instead of `MCPTASKS_WORKER_TOKEN`: a file holding the bearer token, read again for every call, as
+it is rotated (on Kubernetes: the pod's projected ServiceAccount token, audience `mcp-tasks-worker`)."""
 ENV_TASK_ID: Final = "MCPTASKS_TASK_ID"
 """The MCP `taskId` when the run is a task; empty for a synchronous (non-task) run."""
 

@@ -91,7 +91,8 @@ class ToolContext:
         self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0, retry_s: float = 300.0
     ) -> None:
         self._url = (url or os.environ[contract.ENV_WORKER_URL]).rstrip("/")
-        self._token = token or os.environ[contract.ENV_WORKER_TOKEN]
+        self._token = token or os.environ.get(contract.ENV_WORKER_TOKEN)
+        self._token_file = None if self._token else os.environ[contract.ENV_WORKER_TOKEN_FILE]
         self._timeout_s = timeout_s
         self._retry_s = retry_s
         start = self._call("GET", contract.PATH_INPUT)
@@ -129,7 +130,7 @@ class ToolContext:
         delay = 0.5
         while True:
             request = urllib.request.Request(self._url + path, data=data, method=method)
-            request.add_header("Authorization", f"Bearer {self._token}")
+            request.add_header("Authorization", f"Bearer {self._bearer()}")
             if data is not None:
                 request.add_header("Content-Type", "application/json")
             try:
@@ -153,6 +154,14 @@ class ToolContext:
                     raise WorkerApiError(503, f"worker API unreachable: {exc}") from exc
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _bearer(self) -> str:
+        """The worker token: given, or read from its file each time (a projected token is rotated)."""
+        if self._token:
+            return self._token
+        assert self._token_file is not None
+        with open(self._token_file, encoding="utf-8") as file:
+            return file.read().strip()
 
     def report(self, message: str) -> None:
         """Set the task's `statusMessage` (progress for long work; shown on `tasks/get`)."""

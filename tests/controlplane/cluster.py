@@ -307,7 +307,7 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
-                "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,"
+                "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,serviceaccount-controller,"
                 "persistentvolume-binder-controller",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",

@@ -23,7 +23,9 @@ kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pod
   path in this checkout (which the test tools use as their `workingDir`, wherever the clone lies).
 - **Service account**: unless `automountServiceAccountToken` is false, the node asks the API server
   for a token of the pod's ServiceAccount (TokenRequest) and hands it to the process as a kubeconfig
-  in `$KUBECONFIG` (no file can be mounted at the in-cluster path).
+  in `$KUBECONFIG` (no file can be mounted at the in-cluster path). A `projected` volume's
+  `serviceAccountToken` sources become files holding a TokenRequest token with their audience, bound
+  to the pod (name and uid claims), as a kubelet writes them.
 - **Probes**: an `httpGet` readiness probe is run against the pod's address; the pod is Ready only
   while it passes (so a rollout waits for it, and endpoints follow it). Liveness probes are not run.
 - **Restarts**: with `restartPolicy: Always` (Deployments) an exited container is started again after a
@@ -521,10 +523,38 @@ class ProcessNode:
             elif "configMap" in volume:
                 config_map = await self.core.read_namespaced_config_map(volume["configMap"]["name"], namespace)
                 files = {k: v.encode() for k, v in (config_map.data or {}).items()}
+            elif "projected" in volume:
+                files = await self._projected_tokens(meta, spec, volume["projected"])
             for name, content in files.items():
                 (path / name).write_bytes(content)
             mounts.append((mount["mountPath"].rstrip("/") or "/", str(path)))
         return mounts
+
+    async def _projected_tokens(
+        self, meta: dict[str, Any], spec: dict[str, Any], projected: dict[str, Any]
+    ) -> dict[str, bytes]:
+        """The `serviceAccountToken` sources of a projected volume, as a kubelet makes them: a TokenRequest
+        for the pod's ServiceAccount with the source's audience, bound to this pod (name and uid claims)."""
+        account = spec.get("serviceAccountName") or "default"
+        files: dict[str, bytes] = {}
+        for source in projected.get("sources", []):
+            wanted = source.get("serviceAccountToken")
+            if not wanted:
+                continue
+            request = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "audiences": [wanted["audience"]] if wanted.get("audience") else [],
+                    "expirationSeconds": int(wanted.get("expirationSeconds", 3600)),
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+                },
+            }
+            answer = await self.core.create_namespaced_service_account_token(
+                account, meta["namespace"], cast(Any, request)
+            )
+            files[wanted["path"]] = answer.status.token.encode()
+        return files
 
     async def _rewriter(
         self, namespace: str, running: RunningPod, mounts: list[tuple[str, str]], values: list[str]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -110,9 +109,9 @@ async def test_the_sep_hello_world_flow_runs_as_a_job(
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert spec["template"]["spec"]["automountServiceAccountToken"] is False
     env = {item["name"]: item for item in container["env"]}
-    assert env["MCPTASKS_WORKER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == f"mcptask-{task_id}"
-    secret = kube_json(control_plane, namespace, "secret", f"mcptask-{task_id}")
-    assert secret["metadata"]["ownerReferences"][0]["uid"] == task["metadata"]["uid"]
+    assert "MCPTASKS_WORKER_TOKEN" not in env and env["MCPTASKS_WORKER_TOKEN_FILE"]["value"].endswith("/token")
+    listed = control_plane.kubectl("get", "secrets", "-n", namespace, "-o", "name").split()
+    assert not [name for name in listed if "mcptask" in name], "no Secret per task, and no operator key"
     await until(lambda: jobs_of(control_plane, namespace, task_id)[0]["status"].get("succeeded") == 1)
     table = control_plane.kubectl("get", "mcptasks,jobs", "-n", namespace)
     assert task_id in table and "completed" in table and "Complete" in table
@@ -307,7 +306,7 @@ async def test_two_gateway_replicas_and_a_large_result_as_an_owner_only_artifact
     assert foreign.error["code"] == -32602
 
 
-async def test_an_expired_task_is_deleted_with_its_job_and_secret(
+async def test_an_expired_task_is_deleted_with_its_job(
     gateways: Gateways,
     operators: Operators,
     http_session: aiohttp.ClientSession,
@@ -320,15 +319,6 @@ async def test_an_expired_task_is_deleted_with_its_job_and_secret(
     await mcp.wait_status(task_id, "completed", timeout_s=WAIT_S)
     await until(lambda: get_object(control_plane, namespace, task_id) is None)
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
-
-    def secret_gone() -> bool:
-        try:
-            control_plane.kubectl("get", "secret", f"mcptask-{task_id}", "-n", namespace)
-        except subprocess.CalledProcessError:
-            return True
-        return False
-
-    await until(secret_gone)
 
 
 async def test_two_operator_replicas_run_each_task_once(
@@ -499,3 +489,46 @@ async def test_the_operator_does_not_count_input_waits_against_the_run_time(
     unanswered = await mcp.start_task("patient_asker", {"seconds": 0})
     ended = await mcp.wait_status(unanswered, "completed", "failed", timeout_s=WAIT_S)
     assert ended["status"] == "failed" and "maxInputWaitSeconds" in ended["statusMessage"], ended
+
+
+async def test_a_pod_token_opens_only_its_own_task_on_the_worker_api(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """The worker API takes a pod's projected token (audience mcp-tasks-worker, bound to the pod) for the
+    task of that pod's Job only; the same account's token for another task, an unbound one or one of
+    another audience reads as an unknown execution (404)."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    mine = await mcp.start_task("sleeper", {"seconds": 30})
+    other = await mcp.start_task("sleeper", {"seconds": 30})
+    pod: dict[str, Any] = {}
+
+    def running_pod() -> bool:
+        pods = kube_json(control_plane, namespace, "pods", "-l", f"mcptasks.io/task-id={mine}")["items"]
+        pod.update(pods[0] if pods and pods[0]["status"].get("phase") == "Running" else {})
+        return bool(pod)
+
+    await until(running_pod)
+    bound = ["--bound-object-kind", "Pod", "--bound-object-name", pod["metadata"]["name"]]
+    bound += ["--bound-object-uid", pod["metadata"]["uid"]]
+
+    def token(*flags: str) -> str:
+        return control_plane.kubectl("create", "token", "default", "-n", namespace, *flags).strip()
+
+    async def status(task_id: str, presented: str) -> int:
+        url = f"http://127.0.0.1:{operators.port}/v1/executions/{task_id}/input"
+        async with http_session.get(url, headers={"Authorization": f"Bearer {presented}"}) as answer:
+            return answer.status
+
+    good = token("--audience", "mcp-tasks-worker", *bound)
+    assert await status(mine, good) == 200
+    assert await status(other, good) == 404, "a pod's token is no key to another task"
+    assert await status(mine, token("--audience", "mcp-tasks-worker")) == 404, "not bound to the pod"
+    assert await status(mine, token("--audience", "somebody-else", *bound)) == 404, "another audience"
+    assert await status(mine, "not-a-token") == 404
+    for task_id in (mine, other):
+        await mcp.cancel(task_id)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mcp_tasks.operator import observe
-from mcp_tasks.operator.jobs import build_job, build_secret, object_name, worker_token
+from mcp_tasks.operator.jobs import WORKER_TOKEN_AUDIENCE, build_job, object_name
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.tasks.tools import ToolSpec
 from tests.unit.manifests import tool_spec
@@ -39,7 +39,13 @@ def test_a_job_runs_the_image_with_the_runtime_contract_and_least_privilege() ->
     container = pod["containers"][0]
     env = {item["name"]: item for item in container["env"]}
     assert env["MCPTASKS_WORKER_URL"]["value"] == "http://op:8081/v1/executions/" + "a" * 32
-    assert env["MCPTASKS_WORKER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "mcptask-" + "a" * 32, "key": "token"}
+    assert "MCPTASKS_WORKER_TOKEN" not in env, "no Secret per task: the pod presents its projected token"
+    token_file = env["MCPTASKS_WORKER_TOKEN_FILE"]["value"]
+    (projected,) = [v["projected"] for v in pod["volumes"] if "projected" in v]
+    (source,) = projected["sources"]
+    assert source["serviceAccountToken"]["audience"] == WORKER_TOKEN_AUDIENCE
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "worker-token"]
+    assert token_file == mount["mountPath"] + "/" + source["serviceAccountToken"]["path"] and mount["readOnly"]
     assert env["A"]["value"] == "1"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert spec["template"]["metadata"]["labels"]["mcptasks.io/task-id"] == "a" * 32
@@ -64,13 +70,6 @@ def test_a_tool_without_an_image_cannot_run_on_kubernetes() -> None:
     object.__setattr__(embedded_only.manifest.container, "image", None)
     with pytest.raises(ValueError, match=r"no container\.image"):
         build_job(TASK, embedded_only, OperatorSettings())
-
-
-def test_worker_tokens_are_per_task_and_per_key() -> None:
-    assert worker_token(b"k", "a") != worker_token(b"k", "b") != worker_token(b"j", "b")
-    secret = build_secret(TASK, worker_token(b"k", "a"), "t")
-    assert secret["stringData"]["token"] == worker_token(b"k", "a")
-    assert secret["metadata"]["ownerReferences"][0]["kind"] == "McpTask"
 
 
 def condition(kind: str, reason: str = "", status: str = "True") -> dict[str, Any]:
