@@ -50,6 +50,7 @@ bench: install
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
 bench-kubernetes: install controlplane
 	$(BIN)/python -m bench.kubernetes
+	$(BIN)/python -m bench.expiry
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache conformance-results
