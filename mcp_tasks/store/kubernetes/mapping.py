@@ -30,7 +30,6 @@ from mcp_tasks.store.kubernetes.resources import (
     McpTaskStatus,
     TaskLease,
     TaskOwner,
-    TaskPhase,
     label_value,
 )
 from mcp_tasks.tasks.ids import TaskId
@@ -122,7 +121,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
     answered = spec.input_responses
     pending = {key: request for key, request in status.input_requests.items() if key not in answered}
     unconsumed = {key: answered[key] for key in status.input_requests if key in answered}
-    task_status = TaskStatus(status.task_status.value)
+    task_status = status.task_status
     if task_status is TaskStatus.INPUT_REQUIRED and not pending:
         task_status = TaskStatus.WORKING
     created_at = _time(spec.created_at)
@@ -233,9 +232,9 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         return WritePlan(spec=new_spec if spec_changed else None, status=None)
 
     kept_requests = {key: status.input_requests[key] for key in record.input_responses if key in status.input_requests}
-    phase = TaskPhase(record.status.value)
-    if kept_requests and phase is TaskPhase.WORKING:
-        phase = TaskPhase.INPUT_REQUIRED  # answered, not yet consumed: reads as `working` (see _view)
+    phase = record.status
+    if kept_requests and phase is TaskStatus.WORKING:
+        phase = TaskStatus.INPUT_REQUIRED  # answered, not yet consumed: reads as `working` (see _view)
     new_status = McpTaskStatus(
         task_status=phase,
         status_message=record.status_message,

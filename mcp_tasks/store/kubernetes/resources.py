@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from enum import StrEnum
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
 
 GROUP: Final = "mcptasks.io"
 VERSION: Final = "v1alpha1"
@@ -40,16 +40,6 @@ def label_value(text: str) -> str:
     if len(text) <= 63 and _LABEL_VALUE.match(text):
         return text
     return "sha256-" + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class TaskPhase(StrEnum):
-    """`status.taskStatus`: the SEP-2663 task status as the executor recorded it."""
-
-    WORKING = "working"
-    INPUT_REQUIRED = "input_required"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 class _Resource(BaseModel):
@@ -135,7 +125,8 @@ class McpTaskStatus(_Resource):
     its `{method, params}` request; `issuedInputKeys` lists every key ever issued, so none is reused.
     """
 
-    task_status: TaskPhase = Field(TaskPhase.WORKING, alias="taskStatus")
+    task_status: TaskStatus = Field(TaskStatus.WORKING, alias="taskStatus")
+    """The SEP-2663 task status as the executor recorded it (one enum with the wire's, `TaskStatus`)."""
     status_message: str | None = Field(None, alias="statusMessage")
     progress: JsonObject | None = None
     """The tool's last numeric progress report `{progress, total?}`."""
