@@ -91,6 +91,22 @@ def test_every_transition_of_a_task_life_is_one_write_to_the_right_subresource()
     assert view.status is TaskStatus.CANCELLED and view.lease is None and view.input_requests == {}
 
 
+def test_an_input_round_that_declares_other_capabilities_is_one_spec_write() -> None:
+    """A synchronous run's next round (SEP-2322) speaks for its own capabilities: client intent, in spec."""
+    obj = _fresh()
+    obj, _ = _step(obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT)], NOW)[0], "status")
+    later = NOW + timedelta(seconds=1)
+
+    def next_round(record: TaskRecord) -> TaskRecord:
+        return transitions.answer_input_requests(
+            transitions.next_round(record, {"elicitation": {}, "sampling": {}}, later), {"q": ANSWER}, later
+        )
+
+    obj, view = _step(obj, next_round, "spec")
+    assert view.client_capabilities == {"elicitation": {}, "sampling": {}}
+    assert view.status is TaskStatus.WORKING
+
+
 def test_answers_given_before_the_executor_consumes_them_survive_a_rerun_and_completion() -> None:
     obj = _fresh()
     obj, _ = _step(obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT)], NOW)[0], "status")

@@ -206,7 +206,7 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
     status = parse_status(obj)
     fixed = spec_for_new(record)
     fixed_at_creation = ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses")
-    for name in (*fixed_at_creation, "client_capabilities", "traceparent"):
+    for name in (*fixed_at_creation, "traceparent"):
         if getattr(fixed, name) != getattr(spec, name):
             raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
 
@@ -217,6 +217,8 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         if answers != spec.input_responses
         else spec.last_answered_at,
         "watched_until": _opt_iso(record.watched_until),
+        # client intent too: an input round of a synchronous run speaks for its own capabilities
+        "client_capabilities": record.client_capabilities,
     }
     if not spec.cancel_requested:  # a cancel request is one-way; one set by hand (kubectl) has no time or author
         update.update(
