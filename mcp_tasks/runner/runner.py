@@ -157,6 +157,7 @@ class LocalRunner:
         self.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes, promote=self._promote)
         self._supervisors: dict[str, asyncio.Task[None]] = {}
         self._in_rounds: set[str] = set()  # supervised synchronous runs parked for input rounds (not tasks)
+        self._closing = False
         self._loops: list[asyncio.Task[None]] = []
         self._web_runner: web.AppRunner | None = None
         self._base_url = ""
@@ -221,10 +222,13 @@ class LocalRunner:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
-        supervisors = list(self._supervisors.values())
-        for supervisor in supervisors:
-            supervisor.cancel()
-        if supervisors:
+        self._closing = True  # from now on a synchronous run that asks for input is stopped, not handed over
+        for _ in range(3):  # a hand-over racing this shutdown adds a supervisor after the first snapshot
+            supervisors = list(self._supervisors.values())
+            if not supervisors:
+                break
+            for supervisor in supervisors:
+                supervisor.cancel()
             _done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
             for task in pending:
                 logger.error("task supervisor %s did not stop in time", task.get_name())
@@ -712,7 +716,9 @@ class LocalRunner:
                         # Exited first: give a racing result POST a moment, then conclude from the exit.
                         await asyncio.wait({execution.outcome}, timeout=0.05)
                 outcome = execution.outcome.result() if execution.outcome.done() else None
-                if isinstance(outcome, AskedForInput) and outcome.task_id is not None and not exited.done():
+                promoted = isinstance(outcome, AskedForInput) and outcome.task_id is not None
+                if promoted and not exited.done() and not self._closing:
+                    assert isinstance(outcome, AskedForInput) and outcome.task_id is not None
                     self._hand_over(outcome.task_id, tool, process, execution, exited)
                     handed_over = True
                     raise InputNeeded(tool.name, outcome.task_id)
@@ -731,6 +737,8 @@ class LocalRunner:
                 return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
             if isinstance(outcome, AskedForInput):
+                if self._closing:
+                    return error_result(f"The server stopped while {tool.name!r} asked for input; call it again")
                 raise InputNeeded(tool.name)
             if outcome.result is not None:
                 return outcome.result
