@@ -739,6 +739,9 @@ class LocalRunner:
             if isinstance(outcome, AskedForInput):
                 if self._closing:
                     return error_result(f"The server stopped while {tool.name!r} asked for input; call it again")
+                if execution.task_id is not None:  # promoted, but its process ended before the hand-over
+                    code = exited.result() if exited.done() and not exited.cancelled() else None
+                    return results.exited_without_result(tool.name, code, process.stderr_tail())
                 raise InputNeeded(tool.name)
             if outcome.result is not None:
                 return outcome.result
