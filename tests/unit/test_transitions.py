@@ -115,3 +115,23 @@ def test_an_undeclared_kind_of_input_is_never_issued() -> None:
     with pytest.raises(InputCapabilityMissing) as refused:
         transitions.add_input_requests(record, [("name", ELICIT)], NOW)
     assert refused.value.capability == "elicitation" and "clientCapabilities" in str(refused.value)
+
+
+def test_time_waiting_for_input_is_kept_apart_from_working_time() -> None:
+    """`maxRunTimeSeconds` counts working time only; each wait is bounded by `maxInputWaitSeconds`."""
+
+    def at(seconds: float) -> datetime:
+        return NOW + timedelta(seconds=seconds)
+
+    record, (key,) = transitions.add_input_requests(fresh(), [("q", ELICIT)], at(10))
+    assert record.input_required_since == at(10) and record.input_wait_ms == 0
+    assert transitions.run_time_used_s(record, at(0), at(70)) == 10.0, "60 s waiting are not working time"
+    assert transitions.input_wait_exceeded(record, 59, at(70)) and not transitions.input_wait_exceeded(
+        record, 61, at(70)
+    )
+    record = transitions.answer_input_requests(record, {key: {"action": "accept"}}, at(70))
+    assert record.input_required_since is None and record.input_wait_ms == 60_000
+    assert transitions.run_time_used_s(record, at(0), at(75)) == 15.0
+    assert not transitions.input_wait_exceeded(record, 1, at(500)), "not waiting any more"
+    rerun = transitions.reset_for_rerun(record, at(80))
+    assert rerun.input_wait_ms == 0 and rerun.input_required_since is None
