@@ -41,6 +41,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
+from mcp_tasks.gateway.responses import SSE_HEADERS, sse_frame
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject, ServiceUnavailable
@@ -63,8 +64,6 @@ finished call's hidden task is kept for `INLINE_TTL_MS`, so a later call with th
 
 INPUT_REPLY_PREFIX: Final = "mcptasks-input."
 """Prefix of the ids of the server-to-client requests we send; a client response with it is routed."""
-
-_SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _b64(data: bytes) -> str:
@@ -101,10 +100,6 @@ def parse_input_reply_id(secret: bytes, owner: Owner, reply_id: str) -> tuple[st
     except (ValueError, binascii.Error, UnicodeError):  # not base64, not UTF-8, a lone surrogate
         return None
     return (task_id, key) if hmac.compare_digest(mac, expected) else None
-
-
-def _frame(message: JsonObject) -> bytes:
-    return b"event: message\ndata: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
 
 class _ClientGone(ConnectionError):
@@ -195,7 +190,7 @@ async def stream_call(
     record = await _create(ctx, tool, arguments)
     meta = ctx.params.get("_meta")
     progress_token = meta.get(constants.META_PROGRESS_TOKEN) if isinstance(meta, dict) else None
-    response = web.StreamResponse(headers=_SSE_HEADERS)
+    response = web.StreamResponse(headers=SSE_HEADERS)
     finished = False
     streams = metrics.OPEN_STREAMS.labels("call")
     streams.inc()
@@ -205,17 +200,17 @@ async def stream_call(
             outcome = await _follow(request, response, ctx, record, progress_token)
         except _ServerStopping:
             stopping = ServiceUnavailable("The server is shutting down; the call was cancelled: call the tool again")
-            await response.write(_frame(error_response(request_id, stopping)))
+            await response.write(sse_frame(error_response(request_id, stopping)))
             finished = True
             return response
         except StoreUnavailable as exc:  # the stream is open: the error becomes the call's response on it
             logger.warning("legacy call %r lost the task store: %s", request_id, exc)
             error = ServiceUnavailable(f"The task store is unavailable ({exc}); call the tool again")
-            await response.write(_frame(error_response(request_id, error)))
+            await response.write(sse_frame(error_response(request_id, error)))
             finished = True
             return response
         if outcome is not None:  # None: the client cancelled the call, and gets no response (2025-11-25)
-            await response.write(_frame(result_response(request_id, outcome)))
+            await response.write(sse_frame(result_response(request_id, outcome)))
         finished = True
     except (ConnectionResetError, ConnectionError):
         logger.debug("legacy call %r: the client disconnected", request_id)
@@ -266,7 +261,7 @@ async def _follow(
                     }
                 )
         for frame in frames:
-            await response.write(_frame(frame))
+            await response.write(sse_frame(frame))
             last_write = clock()
         remaining = deadline - clock()
         if remaining <= 0:

@@ -11,13 +11,13 @@ server shuts down, the listen request's own response ends the stream. Polling st
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Final
 
 from aiohttp import web
 
 from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.gateway.responses import SSE_HEADERS, sse_frame
 from mcp_tasks.gateway.task_methods import render_task
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
@@ -53,10 +53,6 @@ async def wait_for_change_or_shutdown(
     return shutdown.is_set()
 
 
-def _frame(message: JsonObject) -> bytes:
-    return b"event: message\ndata: " + json.dumps(message, separators=(",", ":")).encode() + b"\n\n"
-
-
 async def _agreed_task_ids(ctx: RequestContext, requested: object) -> list[str]:
     if requested is None:
         return []
@@ -86,16 +82,16 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
     sub_meta = {constants.META_SUBSCRIPTION_ID: request_id}
     agreed: JsonObject = {"taskIds": task_ids} if "taskIds" in filters else {}
 
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     shutdown = request.app[SHUTDOWN_KEY]
     streams = metrics.OPEN_STREAMS.labels("listen")
     streams.inc()
     try:
         await response.prepare(request)  # inside: a client gone already is a closed stream, not an error
         await response.write(
-            _frame(notification(constants.NOTIFICATION_SUBSCRIPTION_ACK, {"_meta": sub_meta, "notifications": agreed}))
+            sse_frame(
+                notification(constants.NOTIFICATION_SUBSCRIPTION_ACK, {"_meta": sub_meta, "notifications": agreed})
+            )
         )
         seen: dict[str, str] = {}
         keepalive = ctx.services.settings.listen_keepalive_s
@@ -111,13 +107,13 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                 if seen.get(task_id) != record.version:
                     seen[task_id] = record.version
                     params = {**render_task(ctx, record), "_meta": sub_meta}
-                    await response.write(_frame(notification(constants.NOTIFICATION_TASKS, params)))
+                    await response.write(sse_frame(notification(constants.NOTIFICATION_TASKS, params)))
                     last_write = clock()
                     if record.status.is_terminal:
                         task_ids.remove(task_id)
             if ("taskIds" in filters and not task_ids) or shutdown.is_set():
                 final = ctx.complete({"_meta": dict(sub_meta)})
-                await response.write(_frame(result_response(request_id, final)))
+                await response.write(sse_frame(result_response(request_id, final)))
                 break
             await wait_for_change_or_shutdown(ctx.services.store, shutdown, keepalive)
             # The store wakes us often (it polls for other processes), so pace keepalives by the clock.

@@ -9,20 +9,18 @@ this request's stream carries them, never a `subscriptions/listen` stream (the t
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway.responses import RESPONSE_CODE_KEY, json_response
+from mcp_tasks.gateway.responses import RESPONSE_CODE_KEY, SSE_HEADERS, json_response, sse_frame
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.jsonrpc import notification
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
-SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 NOTIFICATION_PROGRESS: Final = "notifications/progress"
 
 
@@ -33,10 +31,6 @@ def progress_token(params: JsonObject) -> str | int | None:
     if isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool)):
         return token
     return None
-
-
-def _frame(message: JsonObject) -> bytes:
-    return b"data: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
 
 class ProgressStream:
@@ -76,7 +70,7 @@ class ProgressStream:
                 self._response = web.StreamResponse(headers=SSE_HEADERS)
                 self._response[RESPONSE_CODE_KEY] = "ok"
                 await self._response.prepare(self.request)
-            await self._response.write(_frame(notification(NOTIFICATION_PROGRESS, params)))
+            await self._response.write(sse_frame(notification(NOTIFICATION_PROGRESS, params)))
         except (ConnectionError, RuntimeError) as exc:  # the client left; the call notices it on its own
             logger.debug("progress not delivered: %s", exc)
             self._closed = True
@@ -89,7 +83,7 @@ class ProgressStream:
         self._response[RESPONSE_CODE_KEY] = str(error.get("code")) if isinstance(error, dict) else "ok"
         if not self._closed:
             try:
-                await self._response.write(_frame(body))
+                await self._response.write(sse_frame(body))
                 await self._response.write_eof()
             except (ConnectionError, RuntimeError) as exc:
                 logger.debug("response not delivered: %s", exc)

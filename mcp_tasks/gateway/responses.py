@@ -29,3 +29,12 @@ def json_response(body: JsonObject, status: int = 200) -> web.Response:
     error = body.get("error")
     response[RESPONSE_CODE_KEY] = str(error.get("code")) if isinstance(error, dict) else "ok"
     return response
+
+
+SSE_HEADERS: Final = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""Headers of every SSE response we stream (no caching, no proxy buffering)."""
+
+
+def sse_frame(message: JsonObject) -> bytes:
+    """One JSON-RPC message as an SSE `message` event: single-line compact JSON on one `data:` line."""
+    return b"event: message\ndata: " + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
