@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Final, TypeVar
 
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
@@ -63,3 +65,32 @@ class RequestContext:
         meta = result.get("_meta")
         result["_meta"] = {**meta, **self.server_meta()} if isinstance(meta, dict) else self.server_meta()
         return result
+
+
+class ClientGone(Exception):
+    """The client closed the connection while its call waited; what it waited for was cancelled."""
+
+
+CLIENT_GONE_POLL_S: Final = 0.25
+"""How often a waiting call checks that its client is still connected, in seconds."""
+
+T = TypeVar("T")
+
+
+async def unless_client_gone(ctx: RequestContext, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it once the client has closed the connection (or this handler is cancelled).
+
+    Raises:
+        ClientGone: the client left first; `work` was cancelled, nobody will read its outcome.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=CLIENT_GONE_POLL_S)
+            if not task.done() and ctx.client_gone():
+                raise ClientGone()
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -18,12 +18,11 @@ watched until the state expires; after either lapses its executor stops it.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Final
 
 from mcp_tasks.gateway import request_state
-from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.gateway.context import ClientGone, RequestContext, unless_client_gone
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.tasks import inline, transitions
@@ -37,9 +36,6 @@ ENDED: Final = (
     "Invalid params: requestState names a call that has already ended (finished, cancelled or expired); "
     "call the tool again without requestState"
 )
-
-CLIENT_GONE_POLL_S: Final = 0.25
-"""How often a waiting round checks that its client is still connected, in seconds."""
 
 
 async def continue_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, run: str) -> JsonObject:
@@ -91,18 +87,13 @@ async def follow_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
     """
     timeout_s = tool.execution.sync_timeout_seconds
     services = ctx.services
-    waiting = asyncio.ensure_future(
-        inline.await_call(
-            services.store, run, timeout_s, services.clock, services.settings.caller_watch_s, ctx.progress
-        )
+    waiting = inline.await_call(
+        services.store, run, timeout_s, services.clock, services.settings.caller_watch_s, ctx.progress
     )
     try:
-        while not waiting.done():
-            await asyncio.wait({waiting}, timeout=CLIENT_GONE_POLL_S)
-            if not waiting.done() and ctx.client_gone():
-                waiting.cancel()
-                return ctx.complete(error_result(f"Tool {tool.name!r}: the client closed the connection"))
-        result = waiting.result()
+        result = await unless_client_gone(ctx, waiting)
+    except ClientGone:
+        return ctx.complete(error_result(f"Tool {tool.name!r}: the client closed the connection"))
     except InputNeeded:
         return await ask_caller(ctx, tool, arguments, run)
     except TimeoutError:
@@ -117,9 +108,6 @@ async def follow_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
         )
     except TaskNotFound:
         return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: its run is gone"))
-    finally:
-        if not waiting.done():
-            waiting.cancel()
     return ctx.complete(dict(result))
 
 

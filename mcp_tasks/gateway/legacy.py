@@ -25,7 +25,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from mcp_tasks.gateway import artifacts, discovery, legacy_calls, tool_calls
-from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.context import ClientGone, RequestContext, Services
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, MethodNotFound, ProtocolError
@@ -134,7 +134,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
             return dict(await tool_calls.run_inline(ctx, tool, arguments, {}, None))
-        except tool_calls.ClientGone:
+        except ClientGone:
             return error_result(f"Tool {name!r} was stopped: the client closed the connection")
         except InputNeeded:
             return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")

@@ -11,13 +11,12 @@ tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from typing import Any
 
 from mcp_tasks.gateway import input_rounds, request_state
-from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.gateway.context import ClientGone, RequestContext, unless_client_gone
 from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants, inputs, param_headers
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
@@ -111,14 +110,6 @@ async def call_tool(ctx: RequestContext) -> JsonObject:
     return ctx.complete(dict(result))
 
 
-class ClientGone(Exception):
-    """The client closed the connection while its synchronous call ran; the run was stopped."""
-
-
-CLIENT_GONE_POLL_S = 0.25
-"""How often a synchronous call checks that its client is still connected, in seconds."""
-
-
 async def run_inline(
     ctx: RequestContext,
     tool: ToolSpec,
@@ -144,19 +135,7 @@ async def run_inline(
         {k: v for k, v in offered.items() if k not in pre_input} if isinstance(offered, dict) else {},
         ctx.progress,
     )
-    run = asyncio.ensure_future(ctx.services.executor.run_inline(call))
-    try:
-        while not run.done():
-            await asyncio.wait({run}, timeout=CLIENT_GONE_POLL_S)
-            if not run.done() and ctx.client_gone():
-                run.cancel()
-                await asyncio.gather(run, return_exceptions=True)
-                raise ClientGone(tool.name)
-        return run.result()
-    finally:
-        if not run.done():  # this handler itself was cancelled (server shutdown)
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+    return await unless_client_gone(ctx, ctx.services.executor.run_inline(call))
 
 
 def _verified_state(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> request_state.StateClaims | None:
