@@ -175,9 +175,12 @@ def irr_elicitation(ctx: ToolContext) -> str:
     return f"Hello, {_name(answer)}!"
 
 
+def _question(text: str) -> list[dict[str, object]]:
+    return [{"role": "user", "content": {"type": "text", "text": text}}]
+
+
 def _sampling(text: str, max_tokens: int) -> dict[str, object]:
-    message = {"role": "user", "content": {"type": "text", "text": text}}
-    return {"method": "sampling/createMessage", "params": {"messages": [message], "maxTokens": max_tokens}}
+    return content.sampling_request(_question(text), max_tokens)
 
 
 def _sampled_text(answer: dict[str, object]) -> object:
@@ -185,11 +188,7 @@ def _sampled_text(answer: dict[str, object]) -> object:
 
 
 def irr_sampling(ctx: ToolContext) -> str:
-    answer = ctx.sample(
-        "capital_question",
-        [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
-        100,
-    )
+    answer = ctx.sample("capital_question", _question("What is the capital of France?"), 100)
     return f"The model said: {_sampled_text(answer)}"
 
 
@@ -209,7 +208,7 @@ def irr_multiple_inputs(ctx: ToolContext) -> str:
         {
             "name": content.form_request("What is your name?", {"name": {"type": "string"}}),
             "greeting": _sampling("Generate a greeting", 50),
-            "roots": {"method": "roots/list", "params": {}},
+            "roots": content.roots_request(),
         }
     )
     roots = answers["roots"].get("roots") or []

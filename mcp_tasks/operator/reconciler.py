@@ -177,15 +177,8 @@ class Reconciler:
 
     async def cancel(self, record: TaskRecord, why: str | None = None) -> None:
         """Delete the task's Job (background propagation); record `cancelled` (saying `why`) once no pod runs."""
-        try:
-            await self.batch.delete_namespaced_job(
-                object_name(record.task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
-            )
-            metrics.JOBS_DELETED.inc()
+        if await self._delete_job(record.task_id):
             logger.info("task %s: cancel requested; deleting its Job", record.task_id)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
         if not any(observe.is_running(pod) for pod in await self._pods(record.task_id)):
             why = why or (
                 "Cancelled at the client's request"
@@ -287,15 +280,18 @@ class Reconciler:
             await self._delete_job(record.task_id)
         return True
 
-    async def _delete_job(self, task_id: str) -> None:
+    async def _delete_job(self, task_id: str) -> bool:
+        """Delete the task's Job, its pods in the background; False when it was already gone."""
         try:
             await self.batch.delete_namespaced_job(
                 object_name(task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
             )
-            metrics.JOBS_DELETED.inc()
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            return False
+        metrics.JOBS_DELETED.inc()
+        return True
 
     # ------------------------------------------------------------------ periodic
 
