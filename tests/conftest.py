@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -192,13 +193,43 @@ async def no_leaked_asyncio_tasks() -> AsyncIterator[None]:
     assert not leaked, f"leaked asyncio tasks: {[t.get_name() for t in leaked]}"
 
 
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[Embedded]:
-    server, web_runner = await start_embedded(server_settings(tmp_path))
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Embedded]:
+    """An embedded server running with `settings` for the block; stopped and cleaned up after it."""
+    server, web_runner = await start_embedded(settings)
     try:
         yield server
     finally:
         await web_runner.cleanup()
+
+
+TOKENS = """\
+tokens:
+  - {token: alice-token, tenant: acme, subject: alice}
+  - {token: bob-token, tenant: acme, subject: bob}
+  - {token: eve-token, tenant: evil, subject: alice}
+"""
+"""Three principals: alice and bob of tenant acme, and eve, of tenant evil, whose subject is also alice."""
+
+
+def with_tokens(settings: Settings, folder: Path) -> Settings:
+    """`settings` that require the bearer tokens of `TOKENS` (the file is written into `folder`)."""
+    tokens = folder / "tokens.yaml"
+    tokens.write_text(TOKENS)
+    return replace(settings, serve=replace(settings.serve, tokens_file=tokens))
+
+
+@pytest.fixture
+async def embedded(tmp_path: Path) -> AsyncIterator[Embedded]:
+    async with serving(server_settings(tmp_path)) as server:
+        yield server
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[Embedded]:
+    """An embedded server that requires the bearer tokens of `TOKENS`."""
+    async with serving(with_tokens(server_settings(tmp_path / "data"), tmp_path)) as server:
+        yield server
 
 
 @pytest.fixture

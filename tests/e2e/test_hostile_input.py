@@ -12,7 +12,6 @@ import gzip
 import io
 import json
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.jsonrpc import MAX_DEPTH
-from tests.conftest import Embedded, McpHttp, server_settings, start_embedded
+from tests.conftest import Embedded, McpHttp, server_settings, serving, start_embedded, with_tokens
 
 HEADERS = {
     "Content-Type": "application/json",
@@ -139,17 +138,9 @@ async def status_after_half_a_body(server: Embedded, declared_bytes: int, timeou
         await writer.wait_closed()
 
 
-@contextlib.asynccontextmanager
-async def tokened_server(tmp_path: Path) -> AsyncIterator[Embedded]:
-    """An embedded server that requires a bearer token (`alice-token`)."""
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text("tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n")
-    settings = server_settings(tmp_path / "data")
-    server, web_runner = await start_embedded(replace(settings, serve=replace(settings.serve, tokens_file=tokens)))
-    try:
-        yield server
-    finally:
-        await web_runner.cleanup()
+def tokened_server(tmp_path: Path) -> contextlib.AbstractAsyncContextManager[Embedded]:
+    """An embedded server that requires a bearer token (`alice-token` and the others of `TOKENS`)."""
+    return serving(with_tokens(server_settings(tmp_path / "data"), tmp_path))
 
 
 async def test_a_half_sent_body_is_cut_off_after_the_read_timeout(embedded: Embedded) -> None:

@@ -20,7 +20,7 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks.interfaces import add_write_observer
 from mcp_tasks.tasks.record import TaskRecord
-from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, start_embedded
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, serving
 
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
 
@@ -116,27 +116,11 @@ async def test_a_tool_asks_only_for_the_kinds_its_client_declared(mcp: McpHttp) 
     assert methods == {"sampling/createMessage"}
 
 
-@pytest.fixture
-async def two_principals(tmp_path: Path) -> AsyncIterator[Embedded]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
-        "tokens:\n  - {token: alice-token, tenant: acme, subject: alice}\n"
-        "  - {token: bob-token, tenant: acme, subject: bob}\n"
-    )
-    settings = server_settings(tmp_path / "data")
-    settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens))
-    server, web_runner = await start_embedded(settings)
-    try:
-        yield server
-    finally:
-        await web_runner.cleanup()
-
-
 async def test_a_tampered_foreign_or_spent_request_state_is_refused(
-    two_principals: Embedded, http_session: aiohttp.ClientSession
+    secured: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
-    alice = McpHttp(http_session, two_principals.url, token="alice-token")
-    bob = McpHttp(http_session, two_principals.url, token="bob-token")
+    alice = McpHttp(http_session, secured.url, token="alice-token")
+    bob = McpHttp(http_session, secured.url, token="bob-token")
     first = (await alice.call_tool("test_input_required_result_elicitation", {}, caps=FORM_CAPS)).result
     state = first["requestState"]
     answer = {"inputResponses": {"user_name": accept(name="Alice")}}
@@ -160,12 +144,8 @@ async def test_a_tampered_foreign_or_spent_request_state_is_refused(
 @pytest.fixture
 async def short_rounds(tmp_path: Path) -> AsyncIterator[Embedded]:
     settings = server_settings(tmp_path / "data")
-    settings = replace(settings, gateway=replace(settings.gateway, request_state_ttl_s=1))
-    server, web_runner = await start_embedded(settings)
-    try:
+    async with serving(replace(settings, gateway=replace(settings.gateway, request_state_ttl_s=1))) as server:
         yield server
-    finally:
-        await web_runner.cleanup()
 
 
 async def test_a_run_whose_client_never_comes_back_is_stopped(
@@ -289,11 +269,8 @@ async def test_a_follower_that_leaves_does_not_stop_the_run_for_another(
 
 @pytest.fixture
 async def two_rounds_at_most(tmp_path: Path) -> AsyncIterator[Embedded]:
-    server, web_runner = await start_embedded(server_settings(tmp_path / "data", max_input_rounds=2))
-    try:
+    async with serving(server_settings(tmp_path / "data", max_input_rounds=2)) as server:
         yield server
-    finally:
-        await web_runner.cleanup()
 
 
 async def test_parked_runs_are_bounded_and_take_no_task_slots(

@@ -2,34 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import replace
-from pathlib import Path
-
 import aiohttp
-import pytest
 
-from tests.conftest import Embedded, McpHttp, server_settings, start_embedded
-
-TOKENS = """\
-tokens:
-  - {token: alice-token, tenant: acme, subject: alice}
-  - {token: bob-token, tenant: acme, subject: bob}
-  - {token: eve-token, tenant: evil, subject: alice}
-"""
-
-
-@pytest.fixture
-async def secured(tmp_path: Path) -> AsyncIterator[Embedded]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(TOKENS)
-    settings = server_settings(tmp_path / "data")
-    settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens))
-    server, web_runner = await start_embedded(settings)
-    try:
-        yield server
-    finally:
-        await web_runner.cleanup()
+from tests.conftest import Embedded, McpHttp
 
 
 async def test_requests_without_a_valid_token_are_401(secured: Embedded, http_session: aiohttp.ClientSession) -> None:
