@@ -1,8 +1,9 @@
 """`mcptasks operator`: run McpTasks as Kubernetes Jobs. Wiring only.
 
 Connects like `mcptasks gateway` (in-cluster config or a kubeconfig), opens the McpTask store and the
-McpTool catalog, serves the worker API for tool pods, runs the periodic sweep, and hands the watch
-events to kopf (`operator.handlers`) until SIGINT/SIGTERM.
+McpTool catalog, serves the worker API for tool pods, and runs until SIGINT/SIGTERM: kopf
+(`operator.handlers`) for the Job and pod watches and peering, the reconcile workers while this replica
+is the active one (`operator.peering`), the slow resync, and the expiry sweep.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import signal
 from collections.abc import Callable
 
@@ -25,6 +27,7 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
+from mcp_tasks.operator.peering import ActivePeer
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.tool_status import write_tool_statuses
 from mcp_tasks.store.artifacts import FileArtifactStore
@@ -88,8 +91,7 @@ async def operator(settings: Settings) -> None:
     metrics_runner: web.AppRunner | None = None
     recorder: EventRecorder | None = None
     stop_observing: Callable[[], None] | None = None
-    sweeping: asyncio.Task[None] | None = None
-    tool_statuses: asyncio.Task[None] | None = None
+    background: list[asyncio.Task[None]] = []
     try:
         try:
             await store.open()
@@ -105,6 +107,7 @@ async def operator(settings: Settings) -> None:
         recorder.start()
         stop_observing = add_write_observer(recorder.observe)
         reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
+        store.add_change_listener(reconciler.queue.add)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
 
         def tool_running(execution: Execution) -> None:
@@ -123,10 +126,17 @@ async def operator(settings: Settings) -> None:
             flush=True,
         )
         metrics_runner = await start_metrics(settings, config.worker_host)
-        tool_statuses = asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status")
-        sweeping = asyncio.create_task(_sweep_forever(reconciler, config.sweep_interval_s), name="sweep")
+        priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities, so replicas never both pause
+        peer = ActivePeer(api, namespace, config.peering, priority, reconciler.relist)
+        background = [
+            asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
+            asyncio.create_task(peer.run(), name="peering"),
+            asyncio.create_task(reconciler.run_workers(peer.active), name="reconcile"),
+            asyncio.create_task(_resync_forever(reconciler, peer.active, config.resync_interval_s), name="resync"),
+            asyncio.create_task(_sweep_forever(reconciler, peer.active, config.sweep_interval_s), name="sweep"),
+        ]
         connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
-        registry = build_registry(reconciler, connection, config.peering)
+        registry = build_registry(reconciler, connection, config.peering, priority)
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # "Handler ... succeeded" per event
         await kopf.operator(
@@ -137,11 +147,10 @@ async def operator(settings: Settings) -> None:
             stop_flag=stop,
         )
     finally:
-        for background in (sweeping, tool_statuses):
-            if background is not None:
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
+        for task in background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if web_runner is not None:
             await web_runner.cleanup()
         if metrics_runner is not None:
@@ -155,13 +164,23 @@ async def operator(settings: Settings) -> None:
         await close_api_client(api)
 
 
-async def _sweep_forever(reconciler: Reconciler, interval_s: float) -> None:
+async def _sweep_forever(reconciler: Reconciler, active: asyncio.Event, interval_s: float) -> None:
+    """Delete expired tasks (while this replica is active) and refresh the task gauges, every `interval_s`."""
     while True:
         try:
-            await reconciler.sweep()
+            if active.is_set():
+                await reconciler.expire(reconciler.clock())
             metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("operator sweep failed; retrying")
         await asyncio.sleep(interval_s)
+
+
+async def _resync_forever(reconciler: Reconciler, active: asyncio.Event, interval_s: float) -> None:
+    """Queue every unfinished task every `interval_s` (while active): a safety net, never the deadlines."""
+    while True:
+        await asyncio.sleep(interval_s)
+        if active.is_set():
+            reconciler.resync()

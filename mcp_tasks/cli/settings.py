@@ -103,6 +103,7 @@ _ENV_NAMES: Final = {
     ("serve", "tokens_file"): "MCPTASKS_TOKENS",
     ("kubernetes", "context"): "MCPTASKS_KUBE_CONTEXT",
     ("operator", "sweep_interval_s"): "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S",
+    ("operator", "resync_interval_s"): "MCPTASKS_OPERATOR_RESYNC_INTERVAL_S",
     ("operator", "service_account"): "MCPTASKS_TOOL_SERVICE_ACCOUNT",
 }
 # Derived at start-up, never set from outside.

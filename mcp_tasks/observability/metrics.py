@@ -69,6 +69,10 @@ STORE_SECONDS: Final = Histogram(
 EVENTS_DROPPED: Final = Counter(
     "mcptasks_events_dropped_total", "Kubernetes Events not written (queue full or API error)"
 )
+RECONCILE_SECONDS: Final = Histogram(
+    "mcptasks_reconcile_duration_seconds", "Time of one reconcile of one McpTask", ["outcome"], buckets=_FAST
+)
+RECONCILE_QUEUE: Final = Gauge("mcptasks_reconcile_queue_depth", "McpTasks waiting to be reconciled now")
 STORE_CONFLICTS: Final = Counter("mcptasks_store_conflicts_total", "Compare-and-swap conflicts", ["store"])
 
 _UNFINISHED: Final = tuple(status for status in TaskStatus if not status.is_terminal)

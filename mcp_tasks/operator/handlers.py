@@ -1,34 +1,36 @@
-"""The kopf side of the operator: which watch events reach the `Reconciler`, and kopf's settings.
+"""The kopf side of the operator: kopf watches Jobs and pods of tool runs, and carries kopf's settings.
 
-Only `@kopf.on.event` handlers: they add no finalizers (deleting an McpTask never waits for the
-operator), keep no handler progress, and return nothing, so kopf writes nothing into `status`; every
-status change goes through the McpTask store (compare-and-swap on the status subresource). kopf's
-peering runs one active replica at a time (random priorities, so replicas never freeze each other);
-the worker API and the sweep run on every replica, which is safe because every write is CAS.
+Each handler only records the object in the reconciler's copies (`Children`) and queues its task's id
+(`WorkQueue.add`); the decision is the reconcile's, from current state. McpTasks are not watched here:
+the McpTask store's own watch feeds the queue (`KubernetesTaskStore.add_change_listener`), so each
+kind is watched once per process.
+
+Only `@kopf.on.event` handlers, and async ones (kopf runs sync handlers in threads; the queue is
+not thread-safe): they add no finalizers (deleting an McpTask or a Job never waits for
+the operator), keep no handler progress, and return nothing, so kopf writes nothing into any object.
+kopf's peering runs one active replica at a time (random priorities, so replicas never freeze each
+other); `peering.ActivePeer` lets the reconcile workers run only in that one. The worker API runs on
+every replica, which is safe because every task write is compare-and-swap.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any
 
 import kopf
 
-from mcp_tasks.observability.logs import task_context
-from mcp_tasks.operator.jobs import TASK_ID_LABEL
 from mcp_tasks.operator.reconciler import Reconciler
-from mcp_tasks.store.kubernetes.resources import GROUP, MANAGED_BY, MANAGED_BY_LABEL, TASK_PLURAL, VERSION
 
 logger = logging.getLogger("mcp_tasks.operator")
 
-TOOL_RUN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "app.kubernetes.io/component": "tool-run"}
+TOOL_RUN_LABELS = {"app.kubernetes.io/managed-by": "mcp-tasks", "app.kubernetes.io/component": "tool-run"}
 
 
 def build_registry(
-    reconciler: Reconciler, connection: kopf.ConnectionInfo | None, peering: str
+    reconciler: Reconciler, connection: kopf.ConnectionInfo | None, peering: str, priority: int
 ) -> kopf.OperatorRegistry:
-    """A kopf registry wired to `reconciler`, peering under `peering`.
+    """A kopf registry wired to `reconciler`, peering under `peering` with `priority`.
 
     kopf logs in with `connection`, or, when it is `None` (in a pod), with the pod's service-account
     token, re-read as the kubelet rotates it.
@@ -45,31 +47,22 @@ def build_registry(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING  # no Event per INFO line: tasks are many
         settings.peering.name = peering
-        settings.peering.priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities
+        settings.peering.priority = priority
         settings.peering.mandatory = True
         settings.peering.clusterwide = False
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
 
-    @kopf.on.event(GROUP, VERSION, TASK_PLURAL, registry=registry)
-    async def task_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # kopf's name
-        with task_context(str(body.get("metadata", {}).get("name")), body.get("spec", {}).get("tool")):
-            await reconciler.task_event(type or "ADDED", dict(body))
-
     @kopf.on.event("batch", "v1", "jobs", labels=TOOL_RUN_LABELS, registry=registry)
-    async def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        if type != "DELETED":
-            with task_context(_task_of(body)):
-                await reconciler.job_event(dict(body))
+    async def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:  # kopf's name
+        task_id = reconciler.children.job_event(type or "ADDED", dict(body))
+        if task_id is not None:
+            reconciler.queue.add(task_id)
 
     @kopf.on.event("", "v1", "pods", labels=TOOL_RUN_LABELS, registry=registry)
     async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        with task_context(_task_of(body)):
-            await reconciler.pod_event(type or "ADDED", dict(body))
+        task_id = reconciler.children.pod_event(type or "ADDED", dict(body))
+        if task_id is not None:
+            reconciler.queue.add(task_id)
 
     return registry
-
-
-def _task_of(body: kopf.Body) -> str:
-    """The task id a Job or Pod of a tool run is labelled with (for the log lines about it)."""
-    return str((body.get("metadata", {}).get("labels") or {}).get(TASK_ID_LABEL, ""))

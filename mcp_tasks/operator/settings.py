@@ -20,7 +20,10 @@ class OperatorSettings:
         job_ttl_after_finished_s: `ttlSecondsAfterFinished` of each Job, in seconds (default 600); the
             McpTask's own expiry removes it earlier through the owner reference.
         idempotent_retries: `backoffLimit` for tools declared idempotent (others get 0: never re-run).
-        sweep_interval_s: how often expiry, start deadlines and TTL keep-alive are checked, in seconds.
+        sweep_interval_s: how often expired tasks are deleted and the task gauges refreshed, in seconds.
+        resync_interval_s: how often every unfinished task is reconciled even without an event, in seconds
+            (default 300). Deadlines do not wait for it: each is a delayed reconcile of its task.
+        reconcile_workers: how many tasks are reconciled at once (default 8).
         service_account: service account of tool pods (default: the namespace's `default`). Its default
             token is not mounted (`automountServiceAccountToken` off); the pod gets only the projected
             worker token (audience `mcp-tasks-worker`) it proves its task with, so it needs no permissions.
@@ -39,6 +42,8 @@ class OperatorSettings:
     job_ttl_after_finished_s: int = 600
     idempotent_retries: int = 2
     sweep_interval_s: float = 10.0
+    resync_interval_s: float = 300.0
+    reconcile_workers: int = 8
     service_account: str | None = None
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024

@@ -117,6 +117,7 @@ class KubernetesTaskStore:
         self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
         self._feed = ChangeFeed()
+        self._listeners: list[Callable[[str], None]] = []
         self.conflicts = 0
         """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self.reflector = Reflector(
@@ -173,8 +174,18 @@ class KubernetesTaskStore:
             self._notify([name], created=created)
         return entry
 
+    def add_change_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call `listener(task_id)` for every McpTask this store sees change (watch events, its own
+        writes, deletions, relists); it must not block. Returns a function that removes it.
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
     def _notify(self, names: Sequence[str], created: bool = False) -> None:
         self._feed.changed(names)
+        for listener in self._listeners:
+            for name in names:
+                listener(name)
         if created:
             self._feed.created()
 
@@ -361,6 +372,14 @@ class KubernetesTaskStore:
                 if created and (oldest is None or created < oldest):  # RFC 3339 UTC strings sort as times
                     oldest = created
         return Unfinished(counts, None if oldest is None else datetime.fromisoformat(oldest.replace("Z", "+00:00")))
+
+    def unfinished_ids(self) -> list[str]:
+        """Ids of the non-terminal McpTasks in the cache (objects are not decoded)."""
+        return [
+            name
+            for name, entry in list(self._cache.items())
+            if str((entry.obj.get("status") or {}).get("taskStatus") or TaskStatus.WORKING.value) in _UNFINISHED
+        ]
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks with no live lease, oldest first (from the cache)."""

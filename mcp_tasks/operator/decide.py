@@ -1,0 +1,268 @@
+"""`decide`: what the operator should do about one McpTask, from its current state alone. Pure.
+
+The reconcile contract of controller-runtime: `decide(record, job, pods, tool, now, settings)` looks at
+the task, its Job and the Job's pods *as they are now* (never at the event that woke it) and returns a
+`Plan`: the actions that bring the cluster and the task in line, and when to look again. Applying a
+plan twice, or a plan made from a state that already moved on, is harmless: Job creation is idempotent
+(a 409 is success), every task write is compare-and-swap, and a terminal task is never changed again.
+
+What the plan holds, by the state of the task:
+
+- finished `failed`/`cancelled` with its Job still running: `DeleteJob` once `ORPHAN_GRACE_S` passed (a
+  crash between the write and the delete must not leave work running); finished otherwise: nothing.
+- unfinished with `ttlMs` within half the tool's retention of its end: `RenewTtl` first (SEP-2663:
+  ttlMs may change); otherwise look again when it will be.
+- abandoned (a hidden task nobody watches) or `spec.cancelRequested`: `DeleteJob`, then `Cancel` once
+  no pod runs (confirmed).
+- no Job and never run: `CreateJob`, or `Fail` `ToolRemoved` / `InvalidTool` when it cannot run.
+- no Job but it ran (`attempt ≥ 1`): an idempotent tool gets `Rerun` + `CreateJob`, any other `Fail`
+  `OutcomeUnknown` (confirmed).
+- waiting for input past `maxInputWaitSeconds`: `Fail` `InputTimeout` + `DeleteJob`.
+- working past `maxRunTimeSeconds` (waits for input do not count): `Fail` `DeadlineExceeded` +
+  `DeleteJob`; otherwise look again when it will be.
+- its Job ended without the tool posting a result: `Complete` (`isError`, the exit code and the
+  termination message), or `Fail` `DeadlineExceeded` / `JobFailed`.
+- a pod that cannot start (`ImagePullBackOff`, unschedulable): `Fail` `StartTimeout` + `DeleteJob`
+  after `start_deadline_s`; otherwise look again then.
+
+A plan whose decision rests on something being *absent* (no Job, no running pod) is marked `confirm`:
+the reconciler decides again on authoritative reads before acting, so a cache that has not yet seen a
+new Job or pod never fails a task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from mcp_tasks.operator import observe
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks import results, transitions
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.tools import ToolSpec
+
+ORPHAN_GRACE_S: Final = 30.0
+"""How long a `failed`/`cancelled` task's Job may still run before it is deleted, in seconds."""
+CANCEL_RECHECK_S: Final = 5.0
+"""While a cancelled task's pod still runs, look again this often, in seconds (pod events wake it sooner)."""
+MIN_REQUEUE_S: Final = 0.05
+
+JOB_LOST: Final = (
+    "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
+    "so the outcome is unknown; check the tool's side effects before calling it again"
+)
+CLIENT_CANCEL: Final = "Cancelled at the client's request"
+ADMIN_CANCEL: Final = "Cancelled by an administrator (spec.cancelRequested set on the McpTask)"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateJob:
+    """Create the task's Job (409: it exists, adopt it), then count the attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteJob:
+    """Delete the task's Job, its pods in the background (404: already gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Move the task to `failed` with a JSON-RPC error (`transitions.failing`); `reason` is CamelCase."""
+
+    message: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """Move the task to `completed` with `result`, a `CallToolResult` (here: the tool ended without one)."""
+
+    result: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Move the task to `cancelled`, saying `message`."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """Reset an idempotent task whose Job vanished for a fresh run (`transitions.reset_for_rerun`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenewTtl:
+    """Keep the running task's `ttlMs` `retention_ms` milliseconds ahead of now."""
+
+    retention_ms: int
+
+
+Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl
+STATUS_CHANGES: Final = (Fail, Complete, Cancel, Rerun, RenewTtl)
+"""The actions that write the task; a plan stops at one that finds the task gone or finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do now, in order, and when to decide again.
+
+    Attributes:
+        actions: applied in order; a status change that finds the task finished ends the plan.
+        requeue_after_s: reconcile this task again after this many seconds (the nearest deadline);
+            `None`: only when something about it changes (or at the slow resync).
+        confirm: the plan rests on an object being absent; decide again on authoritative reads first.
+    """
+
+    actions: tuple[Action, ...] = ()
+    requeue_after_s: float | None = None
+    confirm: bool = False
+
+
+def decide(
+    record: TaskRecord,
+    job: JsonObject | None,
+    pods: list[JsonObject],
+    tool: ToolSpec | None,
+    now: datetime,
+    settings: OperatorSettings,
+) -> Plan:
+    """The plan for one McpTask (see the module table).
+
+    Args:
+        record: the task as stored now.
+        job: its Job (`mcptask-<taskId>`), or `None` when there is none.
+        pods: the Job's pods (any order).
+        tool: the task's tool as declared now, or `None` when its McpTool is gone.
+        now: the current UTC time.
+        settings: the operator's settings (`start_deadline_s`).
+    """
+    if record.status.is_terminal:
+        return _finished(record, job, now)
+    deadlines: list[datetime] = []
+    first: tuple[Action, ...] = ()
+    retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
+    renew_at = record.expires_at - timedelta(milliseconds=retention_ms / 2)
+    if now >= renew_at:
+        first = (RenewTtl(retention_ms),)
+    else:
+        deadlines.append(renew_at)
+    if record.watched_until is not None:
+        deadlines.append(record.watched_until)
+
+    abandoned = transitions.is_abandoned(record, now)
+    if abandoned or record.cancel_requested_at is not None:
+        return _cancelling(record, job, pods, abandoned, first)
+    if job is None:
+        return _without_job(record, tool, first)
+    if _deleting(job):
+        return Plan(first, _after(deadlines, now))  # deleted by someone else: its DELETED event wakes us
+
+    if tool is not None:
+        limits = tool.execution
+        if transitions.input_wait_exceeded(record, limits.max_input_wait_seconds, now):
+            message = transitions.input_wait_message(record.tool, limits.max_input_wait_seconds)
+            return Plan((*first, Fail(message, "InputTimeout"), DeleteJob()))
+        used = transitions.run_time_used_s(record, observe.created_at(job), now)
+        if used >= limits.max_run_time_seconds:
+            message = f"Tool {record.tool!r} exceeded its maximum run time of {limits.max_run_time_seconds:g}s"
+            return Plan((*first, Fail(message, "DeadlineExceeded"), DeleteJob()))
+        if record.status is TaskStatus.INPUT_REQUIRED and record.input_required_since is not None:
+            # `input_wait_exceeded` is strict (>): look again just after the limit
+            deadlines.append(record.input_required_since + timedelta(seconds=limits.max_input_wait_seconds + 0.001))
+        else:
+            deadlines.append(now + timedelta(seconds=limits.max_run_time_seconds - used))
+
+    outcome = observe.job_outcome(job)
+    if outcome is not None:
+        return Plan((*first, _ended(record, tool, outcome, pods)))
+
+    for pod in pods:
+        problem = observe.start_problem(pod)
+        if problem is None:
+            continue
+        gives_up_at = observe.created_at(pod) + timedelta(seconds=settings.start_deadline_s)
+        if now >= gives_up_at:
+            message = f"The tool's pod could not start within {settings.start_deadline_s:g}s ({problem})"
+            return Plan((*first, Fail(message, "StartTimeout"), DeleteJob()))
+        deadlines.append(gives_up_at)
+    return Plan(first, _after(deadlines, now))
+
+
+def _finished(record: TaskRecord, job: JsonObject | None, now: datetime) -> Plan:
+    stopped_by_us = record.status in (TaskStatus.FAILED, TaskStatus.CANCELLED)
+    if not stopped_by_us or job is None or _deleting(job) or observe.job_outcome(job) is not None:
+        return Plan()
+    since_s = (now - record.last_updated_at).total_seconds()
+    if since_s >= ORPHAN_GRACE_S:
+        return Plan((DeleteJob(),))
+    return Plan(requeue_after_s=max(MIN_REQUEUE_S, ORPHAN_GRACE_S - since_s))
+
+
+def _cancelling(
+    record: TaskRecord, job: JsonObject | None, pods: list[JsonObject], abandoned: bool, first: tuple[Action, ...]
+) -> Plan:
+    steps: list[Action] = list(first)
+    if job is not None and not _deleting(job):
+        steps.append(DeleteJob())
+    if any(observe.is_running(pod) for pod in pods):
+        return Plan(tuple(steps), CANCEL_RECHECK_S)  # the pod got SIGTERM; it may still finish first
+    if abandoned:
+        message = transitions.ABANDONED_MESSAGE
+    else:
+        message = CLIENT_CANCEL if record.cancel_requested_by else ADMIN_CANCEL
+    return Plan((*steps, Cancel(message)), confirm=True)
+
+
+def _without_job(record: TaskRecord, tool: ToolSpec | None, first: tuple[Action, ...]) -> Plan:
+    if record.attempt == 0:
+        if tool is None:
+            message = f"Tool {record.tool!r} is no longer declared (its McpTool was deleted); the task cannot run"
+            return Plan((*first, Fail(message, "ToolRemoved")))
+        if not tool.manifest.container.image:
+            message = f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes"
+            return Plan((*first, Fail(message, "InvalidTool")))
+        return Plan((*first, CreateJob()))
+    # It had a Job, which is gone before the task finished (deleted by hand, or garbage-collected).
+    if tool is not None and tool.execution.idempotent:
+        return Plan((*first, Rerun(), CreateJob()), confirm=True)
+    return Plan((*first, Fail(JOB_LOST, "OutcomeUnknown")), confirm=True)
+
+
+def _ended(record: TaskRecord, tool: ToolSpec | None, outcome: observe.JobOutcome, pods: list[JsonObject]) -> Action:
+    """The task's end when its Job finished but the tool never posted a result."""
+    ended = [t for t in (observe.termination(p) for p in sorted(pods, key=_created)) if t is not None]
+    last = ended[-1] if ended else None
+    if outcome.kind == "succeeded" or outcome.reason == "BackoffLimitExceeded":
+        # The tool ran and ended without posting a result: the one outcome rule of every executor.
+        output = tail(last.message) if last and last.message else ""
+        return Complete(results.exited_without_result(record.tool, last.exit_code if last else None, output))
+    if outcome.reason == "DeadlineExceeded":
+        limit = f" of {tool.execution.max_run_time_seconds:g}s" if tool else ""
+        return Fail(f"Tool {record.tool!r} exceeded its maximum run time{limit} and was stopped", "DeadlineExceeded")
+    detail = f": {tail(last.message)}" if last and last.message else ""
+    return Fail(f"Tool {record.tool!r}: Job failed ({outcome.reason}: {outcome.message}){detail}", "JobFailed")
+
+
+def tail(text: str, limit: int = 700) -> str:
+    """The end of a termination message (where a traceback's error line is), marked when cut."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def _deleting(obj: JsonObject) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def _created(pod: JsonObject) -> str:
+    return str(pod["metadata"].get("creationTimestamp") or "")
+
+
+def _after(deadlines: list[datetime], now: datetime) -> float | None:
+    if not deadlines:
+        return None
+    return max(MIN_REQUEUE_S, (min(deadlines) - now).total_seconds())
