@@ -1,0 +1,408 @@
+"""The operator's reconcile, without a cluster: `decide` as a table over every state it can meet, the
+work queue's guarantees, the trimmed copies of Jobs and pods, and kopf's peering rule."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mcp_tasks.operator import decide as d
+from mcp_tasks.operator.children import Children
+from mcp_tasks.operator.peering import is_active
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from tests.unit.manifests import tool_spec
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+SETTINGS = OperatorSettings(start_deadline_s=300)
+TOOL = tool_spec({"image": "example.org/t:1", "command": ["run"]}, maxRunTimeSeconds=600, maxInputWaitSeconds=60)
+IDEMPOTENT = tool_spec({"image": "example.org/t:1", "command": ["run"]}, idempotent=True)
+NO_IMAGE = tool_spec({"command": ["run"]})
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def stamp(seconds: float) -> str:
+    return at(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def task(**changes: Any) -> TaskRecord:
+    record = transitions.new_task(mint_task_id(), Owner("t", "alice"), TOOL, {}, T0)
+    return dataclasses.replace(record, **changes)
+
+
+def job(created_s: float = 0, condition: str | None = None, reason: str = "", deleting: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "mcptask-x", "uid": "j1", "creationTimestamp": stamp(created_s)}
+    if deleting:
+        metadata["deletionTimestamp"] = stamp(created_s + 1)
+    conditions = [] if condition is None else [{"type": condition, "status": "True", "reason": reason, "message": "m"}]
+    return {"metadata": metadata, "status": {"conditions": conditions}}
+
+
+def pod(
+    phase: str = "Running", waiting: str | None = None, exit_code: int | None = None, created_s: float = 0
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if waiting:
+        state = {"waiting": {"reason": waiting, "message": "back-off"}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "message": "Traceback ... ValueError: boom"}}
+    return {
+        "metadata": {"name": f"p{created_s}", "creationTimestamp": stamp(created_s)},
+        "status": {"phase": phase, "containerStatuses": [{"state": state}]},
+    }
+
+
+def kinds(plan: d.Plan) -> list[str]:
+    return [type(action).__name__ for action in plan.actions]
+
+
+def reason(plan: d.Plan) -> str | None:
+    return next((a.reason for a in plan.actions if isinstance(a, d.Fail)), None)
+
+
+RUNNING = task(attempt=1)
+CASES: list[
+    tuple[str, TaskRecord, dict[str, Any] | None, list[dict[str, Any]], Any, float, list[str], str | None, bool]
+] = [
+    # name, record, job, pods, tool, now (s), actions, Fail reason, confirm
+    ("new task: create its Job", task(), None, [], TOOL, 1, ["CreateJob"], None, False),
+    ("new task of a removed tool", task(), None, [], None, 1, ["Fail"], "ToolRemoved", False),
+    ("new task of a tool without image", task(), None, [], NO_IMAGE, 1, ["Fail"], "InvalidTool", False),
+    ("running quietly", RUNNING, job(), [pod()], TOOL, 10, [], None, False),
+    ("Job gone, tool not idempotent", RUNNING, None, [], TOOL, 10, ["Fail"], "OutcomeUnknown", True),
+    ("Job gone, idempotent tool", RUNNING, None, [], IDEMPOTENT, 10, ["Rerun", "CreateJob"], None, True),
+    ("Job being deleted by someone", RUNNING, job(deleting=True), [pod()], TOOL, 10, [], None, False),
+    ("past maxRunTimeSeconds", RUNNING, job(), [pod()], TOOL, 601, ["Fail", "DeleteJob"], "DeadlineExceeded", False),
+    (
+        "input wait does not count against the run time",
+        task(attempt=1, status=TaskStatus.INPUT_REQUIRED, input_required_since=at(1), input_wait_ms=0),
+        job(),
+        [pod()],
+        tool_spec({"image": "i", "command": ["c"]}, maxRunTimeSeconds=600, maxInputWaitSeconds=3600),
+        900,
+        [],
+        None,
+        False,
+    ),
+    (
+        "past maxInputWaitSeconds",
+        task(attempt=1, status=TaskStatus.INPUT_REQUIRED, input_required_since=at(5)),
+        job(),
+        [pod()],
+        TOOL,
+        66,
+        ["Fail", "DeleteJob"],
+        "InputTimeout",
+        False,
+    ),
+    (
+        "Job complete, no result",
+        RUNNING,
+        job(condition="Complete"),
+        [pod("Succeeded", exit_code=0)],
+        TOOL,
+        20,
+        ["Complete"],
+        None,
+        False,
+    ),
+    (
+        "retries exhausted, no result",
+        RUNNING,
+        job(condition="Failed", reason="BackoffLimitExceeded"),
+        [pod("Failed", exit_code=1)],
+        TOOL,
+        20,
+        ["Complete"],
+        None,
+        False,
+    ),
+    (
+        "Job deadline",
+        RUNNING,
+        job(condition="Failed", reason="DeadlineExceeded"),
+        [],
+        TOOL,
+        20,
+        ["Fail"],
+        "DeadlineExceeded",
+        False,
+    ),
+    (
+        "Job failed otherwise",
+        RUNNING,
+        job(condition="Failed", reason="PodFailurePolicy"),
+        [],
+        TOOL,
+        20,
+        ["Fail"],
+        "JobFailed",
+        False,
+    ),
+    (
+        "pod cannot pull, within the deadline",
+        RUNNING,
+        job(),
+        [pod("Pending", "ImagePullBackOff")],
+        TOOL,
+        100,
+        [],
+        None,
+        False,
+    ),
+    (
+        "pod cannot pull, past the deadline",
+        RUNNING,
+        job(),
+        [pod("Pending", "ImagePullBackOff")],
+        TOOL,
+        300,
+        ["Fail", "DeleteJob"],
+        "StartTimeout",
+        False,
+    ),
+    (
+        "cancel requested, pod running",
+        task(attempt=1, cancel_requested_at=at(5), cancel_requested_by="alice"),
+        job(),
+        [pod()],
+        TOOL,
+        10,
+        ["DeleteJob"],
+        None,
+        False,
+    ),
+    (
+        "cancel requested, Job already deleted, pod still stopping",
+        task(attempt=1, cancel_requested_at=at(5), cancel_requested_by="alice"),
+        job(deleting=True),
+        [pod()],
+        TOOL,
+        10,
+        [],
+        None,
+        False,
+    ),
+    (
+        "cancel requested, no pod runs",
+        task(attempt=1, cancel_requested_at=at(5), cancel_requested_by="alice"),
+        None,
+        [pod("Failed", exit_code=143)],
+        TOOL,
+        10,
+        ["Cancel"],
+        None,
+        True,
+    ),
+    (
+        "abandoned hidden task",
+        task(attempt=1, watched_until=at(5)),
+        job(),
+        [],
+        TOOL,
+        10,
+        ["DeleteJob", "Cancel"],
+        None,
+        True,
+    ),
+    (
+        "TTL keep-alive",
+        task(attempt=1, ttl_ms=20_000, retention_ms=None),
+        job(),
+        [pod()],
+        TOOL,
+        15,
+        ["RenewTtl"],
+        None,
+        False,
+    ),
+    (
+        "completed: nothing",
+        transitions.complete(RUNNING, {"content": []}, at(3)),
+        job(),
+        [pod()],
+        TOOL,
+        100,
+        [],
+        None,
+        False,
+    ),
+    (
+        "failed, Job still running past the grace",
+        transitions.failing("x", "R")(RUNNING, at(3)),
+        job(),
+        [pod()],
+        TOOL,
+        40,
+        ["DeleteJob"],
+        None,
+        False,
+    ),
+    (
+        "failed, Job still running within the grace",
+        transitions.failing("x", "R")(RUNNING, at(3)),
+        job(),
+        [pod()],
+        TOOL,
+        10,
+        [],
+        None,
+        False,
+    ),
+    (
+        "failed, Job finished",
+        transitions.failing("x", "R")(RUNNING, at(3)),
+        job(condition="Complete"),
+        [],
+        TOOL,
+        40,
+        [],
+        None,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("record", "job_", "pods", "tool", "now_s", "actions", "fail_reason", "confirm"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_decide(
+    record: TaskRecord,
+    job_: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    tool: Any,
+    now_s: float,
+    actions: list[str],
+    fail_reason: str | None,
+    confirm: bool,
+) -> None:
+    plan = d.decide(record, job_, pods, tool, at(now_s), SETTINGS)
+    assert kinds(plan) == actions
+    assert reason(plan) == fail_reason
+    assert plan.confirm is confirm
+
+
+def test_deadlines_become_the_next_look() -> None:
+    start = d.decide(RUNNING, job(), [pod("Pending", "ImagePullBackOff", created_s=0)], TOOL, at(100), SETTINGS)
+    assert start.requeue_after_s == pytest.approx(200), "the start deadline is the nearest"
+    run = d.decide(RUNNING, job(), [pod()], TOOL, at(100), SETTINGS)
+    assert run.requeue_after_s == pytest.approx(500), "then the run-time limit"
+    waiting = task(attempt=1, status=TaskStatus.INPUT_REQUIRED, input_required_since=at(90))
+    assert d.decide(waiting, job(), [pod()], TOOL, at(100), SETTINGS).requeue_after_s == pytest.approx(50, abs=0.01)
+    renew = task(attempt=1, ttl_ms=1_000_000, retention_ms=None)
+    plan = d.decide(
+        renew, job(), [pod()], tool_spec({"image": "i", "command": ["c"]}, ttlMs=1_000_000), at(1), SETTINGS
+    )
+    assert plan.requeue_after_s == pytest.approx(499), "the TTL keep-alive at half the retention"
+    assert (
+        d.decide(transitions.complete(RUNNING, {"content": []}, at(3)), None, [], TOOL, at(4), SETTINGS).requeue_after_s
+        is None
+    )
+
+
+def test_a_job_that_ended_without_a_result_reports_the_last_exit() -> None:
+    pods = [pod("Failed", exit_code=3, created_s=2), pod("Failed", exit_code=1, created_s=1)]
+    plan = d.decide(RUNNING, job(condition="Failed", reason="BackoffLimitExceeded"), pods, TOOL, at(5), SETTINGS)
+    (complete,) = plan.actions
+    assert isinstance(complete, d.Complete) and complete.result["isError"] is True
+    assert "3" in str(complete.result["content"]) and "ValueError: boom" in str(complete.result["content"])
+
+
+def test_cancel_says_who_asked() -> None:
+    by_client = task(attempt=1, cancel_requested_at=at(1), cancel_requested_by="alice")
+    by_admin = task(attempt=1, cancel_requested_at=at(1))
+    assert d.decide(by_client, None, [], TOOL, at(2), SETTINGS).actions == (d.Cancel(d.CLIENT_CANCEL),)
+    assert d.decide(by_admin, None, [], TOOL, at(2), SETTINGS).actions == (d.Cancel(d.ADMIN_CANCEL),)
+
+
+async def test_the_queue_processes_each_key_once_at_a_time_and_misses_no_change() -> None:
+    queue = WorkQueue()
+    for key in ("a", "b", "a", "a"):
+        queue.add(key)
+    assert len(queue) == 2, "duplicates collapse"
+    assert await queue.get() == "a"
+    queue.add("a")  # changed while being processed
+    assert await queue.get() == "b", "a is not handed out twice at once"
+    assert len(queue) == 0
+    queue.done("a")
+    assert await queue.get() == "a", "the change during processing is not missed"
+    queue.done("a")
+    queue.done("b")
+
+
+async def test_delayed_adds_keep_the_earliest_time_and_retries_back_off() -> None:
+    queue = WorkQueue(base_delay_s=0.01, max_delay_s=0.04)
+    queue.add_after("late", 5)
+    queue.add_after("late", 0.02)
+    queue.add_after("late", 10)
+    assert queue.delayed == 1
+    got = await asyncio.wait_for(queue.get(), 1)
+    assert got == "late"
+    queue.done("late")
+    assert [queue.retry("k") for _ in range(4)] == [0.01, 0.02, 0.04, 0.04]
+    queue.forget("k")
+    assert queue.retry("k") == 0.01
+    queue.shut_down()
+    with pytest.raises(ShutDown):
+        await queue.get()
+
+
+def test_children_keep_only_what_decisions_read_and_never_roll_back() -> None:
+    children = Children()
+    labels = {"mcptasks.io/task-id": "t1", "other": "x"}
+    full: dict[str, Any] = {
+        "metadata": {
+            "name": "mcptask-t1",
+            "uid": "u1",
+            "resourceVersion": "5",
+            "labels": labels,
+            "managedFields": [{}],
+        },
+        "spec": {"template": {"spec": {"containers": [{"env": [{"name": "SECRET", "value": "v"}]}]}}},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "x"},
+    }
+    assert children.job_event("ADDED", full) == "t1"
+    kept = children.job("t1")
+    assert kept is not None and "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert kept["status"] == {"conditions": [{"type": "Complete", "status": "True"}]}
+    older = {**full, "metadata": {**full["metadata"], "resourceVersion": "4"}, "status": {}}
+    children.job_event("MODIFIED", older)
+    assert children.job("t1") == kept, "a late event does not roll back"
+    recreated = {**full, "metadata": {**full["metadata"], "uid": "u2", "resourceVersion": "9"}}
+    children.job_event("ADDED", recreated)
+    children.job_event("DELETED", full)  # the old Job's late DELETED
+    assert children.job("t1") is not None, "the old Job's deletion does not remove its successor"
+    pod_ = {"metadata": {"name": "p", "resourceVersion": "6", "labels": labels}, "status": {"phase": "Running"}}
+    children.pod_event("ADDED", pod_)
+    assert [p["status"]["phase"] for p in children.pods("t1")] == ["Running"]
+    children.pod_event("DELETED", pod_)
+    assert children.pods("t1") == [] and children.task_ids() == {"t1"}
+    children.replace_all([], "10", [], "10")
+    assert children.task_ids() == set(), "what a newer listing lacks is gone"
+
+
+def test_kopf_peering_rule() -> None:
+    now = T0
+    seen = (now - timedelta(seconds=5)).isoformat()
+    old = (now - timedelta(seconds=120)).isoformat()
+    me = {"priority": 10, "lifetime": 60, "lastseen": seen}
+    assert is_active({"me": me}, 10, now)
+    assert not is_active({}, 10, now), "not yet registered: kopf has not started"
+    assert not is_active({"me": me, "other": {"priority": 20, "lifetime": 60, "lastseen": seen}}, 10, now)
+    assert is_active({"me": me, "dead": {"priority": 20, "lifetime": 60, "lastseen": old}}, 10, now)
+    assert is_active({"me": me, "lower": {"priority": 5, "lifetime": 60, "lastseen": seen}}, 10, now)
+    assert not is_active({"me": me, "twin": {"priority": 10, "lifetime": 60, "lastseen": seen}}, 10, now)
