@@ -63,7 +63,9 @@ async def test_metrics_move_as_real_tasks_run(
     assert (
         delta(after, before, "mcptasks_store_operation_duration_seconds_count", store="sqlite", operation="write") > 0
     )
-    assert value(after, "mcptasks_tasks", status="working") == 0 or True  # set at the next sweep
+    await asyncio.sleep(0.6)  # the next sweep (0.2 s here) sees the task finished
+    settled = await scrape(http_session, metrics_url)
+    assert value(settled, "mcptasks_tasks", status="working") == 0
     assert not [key for key in after if any(label == "taskId" or task_id in v for label, v in key[1])], (
         "no task id in any label"
     )
