@@ -320,15 +320,17 @@ class Stack:
         return self.plane.processes[component].pid
 
 
-def start_gateway(plane: ControlPlane, cpus: set[int] | None, tmp: Path) -> Server:
-    """`mcptasks gateway --runner none` (via `bench.server`) on the bench namespace, pinned to `cpus`."""
+def start_gateway(
+    plane: ControlPlane, cpus: set[int] | None, tmp: Path, namespace: str = NAMESPACE, name: str = "gateway"
+) -> Server:
+    """`mcptasks gateway --runner none` (via `bench.server`) on `namespace`, pinned to `cpus`."""
     argv = [
         *(run.PYTHON, "-m", "bench.server", "gateway", "--kubeconfig", str(plane.kubeconfig)),
-        *("--namespace", NAMESPACE, "--runner", "none", "--data-dir", str(tmp / "gateway")),
+        *("--namespace", namespace, "--runner", "none", "--data-dir", str(tmp / name)),
         *("--host", "127.0.0.1", "--port", "0"),
     ]
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCPTASKS_")}
-    return run.start_server("gateway", argv, env, cpus, tmp)
+    return run.start_server(name, argv, env, cpus, tmp)
 
 
 async def complete_tasks(kubeconfig: Path) -> list[str]:

@@ -133,7 +133,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     gateway_settings = replace(
         settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
     )
-    store = KubernetesTaskStore(cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s)
+    store = KubernetesTaskStore(
+        cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s, full_objects=kube.cache_full_objects
+    )
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
     artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
     runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None

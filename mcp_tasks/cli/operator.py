@@ -80,7 +80,8 @@ async def operator(settings: Settings) -> None:
     """`mcptasks operator`: run until SIGINT/SIGTERM."""
     cluster = await connect(settings.kubernetes)
     api, namespace, config = cluster.api_client, cluster.namespace, settings.operator
-    store = KubernetesTaskStore(api, namespace, utc_now, settings.kubernetes.watch_timeout_s)
+    # full_objects=0: the operator reads no results; finished tasks are kept as summaries only
+    store = KubernetesTaskStore(api, namespace, utc_now, settings.kubernetes.watch_timeout_s, full_objects=0)
     catalog = KubernetesToolCatalog(api, namespace, settings.kubernetes.watch_timeout_s)
     artifacts = FileArtifactStore(settings.serve.data_dir.resolve() / "artifacts", config.artifact_max_bytes)
     stop = asyncio.Event()

@@ -76,6 +76,9 @@ class KubernetesSettings:
         runner: `none` (tasks are run by the operator) or `local` (this process runs them as local
             processes, like `mcptasks serve`; for development and tests).
         watch_timeout_s: server-side timeout of one WATCH request, in seconds; the watch then resumes.
+        cache_full_objects: finished tasks the gateway also keeps whole in its cache, the most recently
+            finished or read (default 2048); every other finished task is kept as a summary of about
+            1 kB, and reading its result costs one GET to the API server.
     """
 
     kubeconfig: Path | None = None
@@ -83,6 +86,7 @@ class KubernetesSettings:
     namespace: str | None = None
     runner: str = "none"
     watch_timeout_s: int = 300
+    cache_full_objects: int = 2048
 
 
 @dataclass(frozen=True, slots=True)

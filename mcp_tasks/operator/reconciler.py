@@ -147,7 +147,7 @@ class Reconciler:
     async def reconcile(self, task_id: str) -> float | None:
         """Bring one task and its Job in line; return when to look again, in seconds (`None`: on change)."""
         try:
-            record = await self.store.get(task_id)
+            record = await self.store.get(task_id, summary=True)  # decisions read no arguments or result
         except TaskNotFound:
             await self.artifacts.delete_task(task_id)  # the task is gone (expired, or deleted by hand)
             self.children.replace(task_id, None, [])

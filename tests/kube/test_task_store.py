@@ -13,6 +13,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
@@ -250,5 +251,52 @@ async def test_more_expired_tasks_than_one_old_sweep_took_are_deleted_at_once(
         assert sorted(deleted) == sorted(r.task_id for r in records)
         listed = control_plane.kubectl("get", "mcptasks", "-n", namespace, "-o", "name").split()
         assert listed == []
+    finally:
+        await store.aclose()
+
+
+async def test_finished_tasks_beyond_the_recent_ones_are_cached_as_summaries_and_read_whole_on_demand(
+    api_client: ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """The cache keeps no managedFields and only summaries of older finished tasks; a full read still
+    returns the result (one GET), a summary read needs none, and writes still land on the real server."""
+    store = KubernetesTaskStore(api_client, namespace, full_objects=2)
+    await store.open()
+    gets = 0
+    original = store._api.get_namespaced_custom_object
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal gets
+        gets += 1
+        return await original(*args, **kwargs)
+
+    store._api.get_namespaced_custom_object = counted  # type: ignore[method-assign]  # counts API reads
+    try:
+        records = [await store.create(_new_record()) for _ in range(4)]
+        for number, record in enumerate(records):
+            result: dict[str, Any] = {"content": [{"type": "text", "text": f"result {number}"}], "isError": False}
+            await store.compare_and_swap(transitions.complete(await store.get(record.task_id), result, utc_now()))
+        stored = await original(GROUP, VERSION, namespace, TASK_PLURAL, records[0].task_id)
+        assert stored["metadata"]["managedFields"], "the server keeps them; the cache does not"
+        assert all("managedFields" not in (entry.view()["metadata"]) for entry in store._cache.values())
+        oldest, newest = records[0].task_id, records[-1].task_id
+        assert store._cache[oldest].obj is None and store._cache[newest].obj is not None
+
+        gets = 0
+        summary = await store.get(oldest, summary=True)
+        assert summary.status is TaskStatus.COMPLETED and summary.result is None and gets == 0
+        whole = await store.get(oldest)
+        assert whole.result is not None and whole.result["content"][0]["text"] == "result 0" and gets == 1
+        again = await store.get(oldest)
+        assert again.result == whole.result and gets == 1, "a read finished task is kept whole while recent"
+        recent = await store.get(newest)
+        assert recent.result is not None and recent.result["content"][0]["text"] == "result 3" and gets == 1
+
+        with_spec = await store.create(_new_record())
+        await transact(store, with_spec.task_id, lambda r: (transitions.request_cancel(r, "alice", utc_now()), None))
+        stored = await original(GROUP, VERSION, namespace, TASK_PLURAL, with_spec.task_id)
+        assert stored["spec"]["cancelRequested"] is True and stored["metadata"]["managedFields"], (
+            "a write without managedFields leaves the server's field ownership in place"
+        )
     finally:
         await store.aclose()

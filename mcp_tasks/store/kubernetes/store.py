@@ -4,6 +4,13 @@
   so any gateway replica can read it at once.
 - Reads come from a watch-fed cache (`Reflector`); a miss falls back to an authoritative GET before
   anyone is told "not found" (a task created through replica A is readable through replica B at once).
+- The cache costs what the readers need, not what etcd holds: no object keeps its `managedFields`;
+  an unfinished task is kept whole (its writers need it); a finished one is kept as a *summary*, its
+  object without arguments, answers, result and conditions, packed as compact JSON (about 1 kB). The
+  `full_objects` most recently finished or read finished tasks are also kept whole, so a client that
+  polls a task to its end and reads the result costs no API request; any other full read of a
+  finished task is one authoritative GET. `get(summary=True)` (the operator's reconcile, expiry)
+  never needs one.
 - Every write is compare-and-swap: a PUT carrying the `resourceVersion` the record was read at, to the
   main resource for client intent (`spec`) or to the status subresource for what the executor observed
   (`status`); see `mapping.plan_write`. A `409 Conflict` becomes `VersionConflict`, which
@@ -15,9 +22,11 @@ API errors become domain errors here; anything else propagates as `kubernetes_as
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,30 +69,61 @@ EXPIRY_CONCURRENCY: Final = 16
 for `managedFields`. A backstop behind the inline-result cap; larger results are artifacts."""
 
 
+DEFAULT_FULL_OBJECTS: Final = 2048
+_SUMMARY_DROPS: Final = {
+    "spec": ("arguments", "preInputResponses", "inputResponses", "clientCapabilities"),
+    "status": ("result", "progress", "inputRequests", "issuedInputKeys", "conditions"),
+}
+"""What a finished task's summary leaves out: everything only a reader of its result or history needs."""
+
+
 @dataclass(slots=True)
 class _Entry:
-    obj: JsonObject
-    record: TaskRecord | None = None  # decoded lazily, once per resourceVersion
+    """One cached McpTask: whole (`obj`), or, once finished, as a packed summary (and whole while recent)."""
+
+    version: str
+    tenant: str
+    subject: str
+    finished: bool
+    expires_at: float  # createdAt + ttlMs, Unix seconds; only meaningful once finished
+    obj: JsonObject | None = None
+    summary: bytes | None = None
+    record: TaskRecord | None = None  # of `obj`, decoded lazily, once per resourceVersion
+
+    def view(self) -> JsonObject:
+        """The object as far as it is kept: whole when it is, else its summary."""
+        if self.obj is not None:
+            return self.obj
+        assert self.summary is not None
+        loaded: JsonObject = json.loads(self.summary)
+        return loaded
 
 
-def _owned_by(obj: JsonObject, owner: Owner) -> bool:
-    """Tell whether the McpTask `obj` belongs to `owner`, reading only `spec.owner` (no full decode)."""
-    stored = (obj.get("spec") or {}).get("owner") or {}
-    return bool(stored.get("tenant") == owner.tenant and stored.get("subject") == owner.subject)
+def _summary(obj: JsonObject) -> bytes:
+    """A finished McpTask without what only readers of its result need, as compact JSON."""
+    kept: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj["metadata"]}
+    for part, drops in _SUMMARY_DROPS.items():
+        kept[part] = {key: value for key, value in (obj.get(part) or {}).items() if key not in drops}
+    return json.dumps(kept, separators=(",", ":")).encode()
 
 
-def _newer(candidate: JsonObject, current: JsonObject | None) -> bool:
-    """Tell whether `candidate` is at least as new as `current`.
+def _expires_at(obj: JsonObject) -> float:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    try:
+        created = datetime.fromisoformat(str(spec["createdAt"]).replace("Z", "+00:00")).timestamp()
+        return created + int(status.get("ttlMs") or spec["ttlMs"]) / 1000
+    except (KeyError, TypeError, ValueError):
+        return float("inf")  # malformed: never expired by us (reads treat it as missing)
+
+
+def _newer_version(candidate: str, current: str) -> bool:
+    """Tell whether resourceVersion `candidate` is at least as new as `current`.
 
     resourceVersions are opaque, but every etcd-backed API server issues increasing integers; when
     both parse, compare them so a late watch event never rolls back a newer write response.
     """
-    if current is None:
-        return True
-    new_rv = str(candidate["metadata"]["resourceVersion"])
-    old_rv = str(current["metadata"]["resourceVersion"])
-    if new_rv.isdigit() and old_rv.isdigit():
-        return int(new_rv) >= int(old_rv)
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) >= int(current)
     return True
 
 
@@ -98,6 +138,8 @@ class KubernetesTaskStore:
         max_object_bytes: largest McpTask this store writes; a larger record raises `ResultTooLarge`
             (for results) or `UnstorableValue` (for arguments and answers).
         request_timeout_s: how long one API request may take, in seconds, before `StoreUnavailable`.
+        full_objects: how many finished tasks are also cached whole (the most recently finished or
+            read); the others cost one GET per full read. 0: only the latest (the operator reads no results).
     """
 
     def __init__(
@@ -108,6 +150,7 @@ class KubernetesTaskStore:
         watch_timeout_s: int = 300,
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
         request_timeout_s: float = 20.0,
+        full_objects: int = DEFAULT_FULL_OBJECTS,
     ) -> None:
         self.namespace = namespace
         self.clock = clock
@@ -116,6 +159,8 @@ class KubernetesTaskStore:
         self._max_object_bytes = max_object_bytes
         self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
+        self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()  # finished, kept whole
+        self._full_objects = full_objects
         self._feed = ChangeFeed()
         self._listeners: list[Callable[[str], None]] = []
         self.conflicts = 0
@@ -149,7 +194,7 @@ class KubernetesTaskStore:
         fresh = {str(item["metadata"]["name"]): item for item in items}
         gone = [name for name in self._cache if name not in fresh]
         for name in gone:
-            del self._cache[name]
+            self._forget(name)
         for item in fresh.values():
             self._remember(item, notify=False)
         self._notify([*fresh, *gone], created=True)
@@ -157,22 +202,52 @@ class KubernetesTaskStore:
     def _on_event(self, kind: str, obj: JsonObject) -> None:
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
-            self._cache.pop(name, None)
+            self._forget(name)
             self._notify([name])
             return
         self._remember(obj, notify=True, created=kind == "ADDED")
 
+    def _forget(self, name: str) -> None:
+        self._cache.pop(name, None)
+        self._recent.pop(name, None)
+
     def _remember(self, obj: JsonObject, *, notify: bool, created: bool = False) -> _Entry:
+        """Cache `obj` (unless the cache holds a newer version) and return its entry, kept whole."""
         name = str(obj["metadata"]["name"])
+        version = str(obj["metadata"]["resourceVersion"])
         current = self._cache.get(name)
-        same = current is not None and current.obj["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
-        if current is not None and (same or not _newer(obj, current.obj)):
+        if current is not None and (current.version == version or not _newer_version(version, current.version)):
+            if current.obj is None and current.version == version:
+                current.obj = obj  # a full read of a summarized task: keep it whole while recent
+                obj["metadata"].pop("managedFields", None)
+                self._touch(name)
             return current
-        entry = _Entry(obj)
+        obj["metadata"].pop("managedFields", None)  # written by the API server, read by nobody here
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        owner = spec.get("owner") or {}
+        finished = str(status.get("taskStatus") or TaskStatus.WORKING.value) not in _UNFINISHED
+        tenant, subject = sys.intern(str(owner.get("tenant"))), sys.intern(str(owner.get("subject")))
+        entry = _Entry(version, tenant, subject, finished, _expires_at(obj), obj=obj)
+        if finished:
+            entry.summary = _summary(obj)
         self._cache[name] = entry
+        if finished:
+            self._touch(name)
+        else:
+            self._recent.pop(name, None)
         if notify:
             self._notify([name], created=created)
         return entry
+
+    def _touch(self, name: str) -> None:
+        """Mark finished task `name` as recently used; beyond `full_objects`, the oldest keeps only its summary."""
+        self._recent[name] = None
+        self._recent.move_to_end(name)
+        while len(self._recent) > max(1, self._full_objects):  # the latest stays whole: its writer decodes it
+            oldest, _ = self._recent.popitem(last=False)
+            entry = self._cache.get(oldest)
+            if entry is not None and entry.finished:
+                entry.obj, entry.record = None, None
 
     def add_change_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call `listener(task_id)` for every McpTask this store sees change (watch events, its own
@@ -190,19 +265,24 @@ class KubernetesTaskStore:
             self._feed.created()
 
     def _decode(self, entry: _Entry) -> TaskRecord:
-        """The record of a cached object, decoded once per resourceVersion.
+        """The record of a cached object, decoded once per resourceVersion while it is kept whole
+        (a summary is decoded each time: it lacks arguments, answers and result).
 
         Raises:
             TaskNotFound: the object is not a well-formed McpTask (edited by hand?); it is logged.
         """
-        if entry.record is None:
-            try:
-                entry.record = mapping.to_record(entry.obj)
-            except (ValidationError, KeyError, ValueError) as exc:
-                name = entry.obj.get("metadata", {}).get("name")
-                logger.warning("McpTask %s/%s is malformed (%s); treating it as missing", self.namespace, name, exc)
-                raise TaskNotFound(str(name)) from exc
-        return entry.record
+        if entry.record is not None:
+            return entry.record
+        obj = entry.view()
+        try:
+            record = mapping.to_record(obj)
+        except (ValidationError, KeyError, ValueError) as exc:
+            name = obj.get("metadata", {}).get("name")
+            logger.warning("McpTask %s/%s is malformed (%s); treating it as missing", self.namespace, name, exc)
+            raise TaskNotFound(str(name)) from exc
+        if entry.obj is not None:
+            entry.record = record
+        return record
 
     # -- TaskStore -------------------------------------------------------------------------------
 
@@ -226,33 +306,41 @@ class KubernetesTaskStore:
             raise
         return self._decode(self._remember(created, notify=True, created=True))
 
-    async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
+    async def get(
+        self, task_id: str, owner: Owner | None = None, *, fresh: bool = False, summary: bool = False
+    ) -> TaskRecord:
         """Read from the cache, or from the API server on a miss or when `fresh`; foreign, expired and
         missing look alike.
 
         Alike in timing too: an unknown id costs an authoritative GET (a cache miss must not answer "not
         found" by itself), so a cached task of another owner costs one as well before it is refused.
+        A finished task kept only as a summary costs a GET too, unless `summary` says the caller needs
+        no arguments, answers or result (they are then empty).
 
         Raises:
             TaskNotFound: no such McpTask, another owner's, or expired.
         """
         entry = await self._fetch(task_id) if fresh else self._cache.get(task_id)
-        if entry is not None and owner is not None and not _owned_by(entry.obj, owner):
+        if entry is not None and owner is not None and (entry.tenant, entry.subject) != (owner.tenant, owner.subject):
             await self._fetch(task_id)  # a foreign task costs what an unknown id costs: one authoritative read
             raise TaskNotFound(task_id)
-        if entry is None:
+        if entry is None or (entry.obj is None and not summary):
             entry = await self._fetch(task_id)
         if entry is None:
             raise TaskNotFound(task_id)
+        if entry.finished and entry.obj is not None:
+            self._touch(task_id)
         record = self._decode(entry)
         if owner is not None and (record.owner != owner or record.is_expired(self.clock())):
             raise TaskNotFound(task_id)
         return record
 
     async def raw(self, task_id: str) -> JsonObject | None:
-        """The McpTask object itself (cache, else GET), or `None`; for the operator's owner references."""
+        """The McpTask object (cache, else GET), or `None`; for owner references and Events. A finished
+        task's may be its summary (metadata, spec and status without arguments, answers or result).
+        """
         entry = self._cache.get(task_id) or await self._fetch(task_id)
-        return None if entry is None else entry.obj
+        return None if entry is None else entry.view()
 
     async def _fetch(self, task_id: str) -> _Entry | None:
         """Authoritative GET (a quorum read of etcd); refreshes the cache."""
@@ -276,10 +364,12 @@ class KubernetesTaskStore:
             TaskNotFound: the McpTask is gone.
             ResultTooLarge: the serialized task exceeds `max_object_bytes`.
         """
-        entry = self._cache.get(record.task_id) or await self._fetch(record.task_id)
-        if entry is None:
+        entry = self._cache.get(record.task_id)
+        if entry is None or entry.obj is None:
+            entry = await self._fetch(record.task_id)
+        if entry is None or entry.obj is None:
             raise TaskNotFound(record.task_id)
-        if str(entry.obj["metadata"]["resourceVersion"]) != record.version:
+        if entry.version != record.version:
             self.conflicts += 1
             metrics.STORE_CONFLICTS.labels("kubernetes").inc()
             await self._fetch(record.task_id)
@@ -365,26 +455,30 @@ class KubernetesTaskStore:
         counts: dict[str, int] = {}
         oldest: str | None = None
         for entry in list(self._cache.values()):
+            if entry.finished or entry.obj is None:
+                continue
             status = str((entry.obj.get("status") or {}).get("taskStatus") or TaskStatus.WORKING.value)
-            if status in _UNFINISHED:
-                counts[status] = counts.get(status, 0) + 1
-                created = str((entry.obj.get("spec") or {}).get("createdAt") or "")
-                if created and (oldest is None or created < oldest):  # RFC 3339 UTC strings sort as times
-                    oldest = created
+            counts[status] = counts.get(status, 0) + 1
+            created = str((entry.obj.get("spec") or {}).get("createdAt") or "")
+            if created and (oldest is None or created < oldest):  # RFC 3339 UTC strings sort as times
+                oldest = created
         return Unfinished(counts, None if oldest is None else datetime.fromisoformat(oldest.replace("Z", "+00:00")))
 
     def unfinished_ids(self) -> list[str]:
         """Ids of the non-terminal McpTasks in the cache (objects are not decoded)."""
-        return [
-            name
-            for name, entry in list(self._cache.items())
-            if str((entry.obj.get("status") or {}).get("taskStatus") or TaskStatus.WORKING.value) in _UNFINISHED
-        ]
+        return [name for name, entry in list(self._cache.items()) if not entry.finished]
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks with no live lease, oldest first (from the cache)."""
         runnable = []
-        for record in self._records():
+        for name in self.unfinished_ids():
+            entry = self._cache.get(name)
+            if entry is None:
+                continue
+            try:
+                record = self._decode(entry)
+            except TaskNotFound:
+                continue
             if record.status.is_terminal or (record.lease is not None and record.lease.expires_at > now):
                 continue
             runnable.append(record)
@@ -398,16 +492,19 @@ class KubernetesTaskStore:
         rate far above one task per round trip. Owned objects (Jobs, Secrets) go with them through their
         owner references (garbage collector).
         """
-        expired = sorted((r for r in self._records() if r.is_expired(now)), key=lambda r: r.expires_at)[:limit]
+        moment = now.timestamp()
+        due = [(entry.expires_at, name, entry.version) for name, entry in list(self._cache.items())]
+        expired = sorted(item for item in due if item[0] <= moment and self._cache[item[1]].finished)[:limit]
         gate = asyncio.Semaphore(EXPIRY_CONCURRENCY)
 
-        async def delete(record: TaskRecord) -> str | None:
+        async def delete(name: str, version: str) -> str | None:
             async with gate:
-                return await self._delete_expired(record)
+                return await self._delete_expired(name, version)
 
-        return [task_id for task_id in await asyncio.gather(*(delete(r) for r in expired)) if task_id is not None]
+        deleted = await asyncio.gather(*(delete(name, version) for _, name, version in expired))
+        return [task_id for task_id in deleted if task_id is not None]
 
-    async def _delete_expired(self, record: TaskRecord) -> str | None:
+    async def _delete_expired(self, task_id: str, version: str) -> str | None:
         """Delete one expired McpTask at its version; its id, or `None` when it changed or is gone."""
         try:
             await self._request(
@@ -416,21 +513,21 @@ class KubernetesTaskStore:
                 VERSION,
                 self.namespace,
                 TASK_PLURAL,
-                record.task_id,
+                task_id,
                 body=V1DeleteOptions(
-                    preconditions=V1Preconditions(resource_version=record.version),
+                    preconditions=V1Preconditions(resource_version=version),
                     propagation_policy="Background",
                 ),
             )
         except ApiException as exc:
             if exc.status == 404:
-                self._cache.pop(record.task_id, None)  # deleted by another replica
+                self._forget(task_id)  # deleted by another replica
             if exc.status in (404, 409):
                 return None
             raise
-        self._cache.pop(record.task_id, None)
-        self._notify([record.task_id])
-        return record.task_id
+        self._forget(task_id)
+        self._notify([task_id])
+        return task_id
 
     async def wait_for_change(self, timeout_s: float, task_id: str | None = None) -> None:
         """Wait for a watch event on `task_id` (or any McpTask), or `timeout_s` seconds."""
@@ -439,16 +536,6 @@ class KubernetesTaskStore:
     async def wait_for_new_tasks(self, timeout_s: float) -> None:
         """Wait for an McpTask to be added, or `timeout_s` seconds."""
         await self._feed.wait_for_new_tasks(timeout_s)
-
-    def _records(self) -> list[TaskRecord]:
-        """Every well-formed cached record."""
-        records = []
-        for entry in list(self._cache.values()):
-            try:
-                records.append(self._decode(entry))
-            except TaskNotFound:
-                continue
-        return records
 
     def cached_count(self) -> int:
         """McpTasks in the cache (observability and benchmarks)."""
