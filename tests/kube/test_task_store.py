@@ -179,6 +179,24 @@ async def test_a_watch_closed_by_the_server_resumes_without_losing_an_update(
         await watcher.aclose()
 
 
+async def test_the_watch_lists_in_pages_and_forgets_what_a_later_listing_lacks(
+    api_client: ApiClient, namespace: str
+) -> None:
+    """A LIST in pages of 3 caches all 7 tasks; a relist after one was deleted no longer holds it."""
+    writer = KubernetesTaskStore(api_client, namespace)
+    records = [await writer.create(_new_record()) for _ in range(7)]
+    watcher = KubernetesTaskStore(api_client, namespace, list_page_size=3)
+    await watcher.open()
+    try:
+        assert watcher.cached_count() == 7
+        await watcher.aclose()  # no watch: the deletion is seen only by the next listing
+        await writer._delete_expired(records[0].task_id, (await writer.get(records[0].task_id, fresh=True)).version)
+        await watcher.reflector._list()
+        assert watcher.cached_count() == 6 and records[0].task_id not in watcher.unfinished_ids()
+    finally:
+        await watcher.aclose()
+
+
 async def test_a_watch_too_old_to_resume_lists_again(api_client: ApiClient, namespace: str) -> None:
     """410 Gone: the reflector lists again and still sees every task."""
     watcher = KubernetesTaskStore(api_client, namespace, watch_timeout_s=1)

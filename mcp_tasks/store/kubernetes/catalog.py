@@ -53,6 +53,7 @@ class KubernetesToolCatalog:
     def __init__(self, api_client: ApiClient, namespace: str, watch_timeout_s: int = 300) -> None:
         self.namespace = namespace
         self._objects: dict[str, JsonObject] = {}
+        self._listing: dict[str, JsonObject] = {}  # pages of a listing in progress
         self._tools: dict[str, ToolSpec] = {}
         self._sorted: list[ToolSpec] = []
         self._reported: set[str] = set()  # problems already logged (a relist must not repeat them)
@@ -64,7 +65,8 @@ class KubernetesToolCatalog:
             version=VERSION,
             plural=TOOL_PLURAL,
             namespace=namespace,
-            on_replace=self._replace_all,
+            on_page=self._listed_page,
+            on_listed=self._listed,
             on_event=self._on_event,
             watch_timeout_s=watch_timeout_s,
         )
@@ -93,8 +95,11 @@ class KubernetesToolCatalog:
         """McpTool object name → whether it is served and why not, as of the last rebuild."""
         return self._verdicts
 
-    def _replace_all(self, items: Sequence[JsonObject]) -> None:
-        self._objects = {str(item["metadata"]["name"]): item for item in items}
+    def _listed_page(self, items: Sequence[JsonObject]) -> None:
+        self._listing.update({str(item["metadata"]["name"]): item for item in items})
+
+    def _listed(self, names: set[str]) -> None:
+        self._objects, self._listing = self._listing, {}
         self._rebuild()
 
     def _on_event(self, kind: str, obj: JsonObject) -> None:

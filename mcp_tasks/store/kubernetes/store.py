@@ -43,7 +43,7 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
-from mcp_tasks.store.kubernetes.watch import Reflector
+from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector
 from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, utc_now
 from mcp_tasks.tasks.owner import Owner
@@ -140,6 +140,7 @@ class KubernetesTaskStore:
         request_timeout_s: how long one API request may take, in seconds, before `StoreUnavailable`.
         full_objects: how many finished tasks are also cached whole (the most recently finished or
             read); the others cost one GET per full read. 0: only the latest (the operator reads no results).
+        list_page_size: McpTasks per page of the watch's LIST.
     """
 
     def __init__(
@@ -151,6 +152,7 @@ class KubernetesTaskStore:
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
         request_timeout_s: float = 20.0,
         full_objects: int = DEFAULT_FULL_OBJECTS,
+        list_page_size: int = PAGE_SIZE,
     ) -> None:
         self.namespace = namespace
         self.clock = clock
@@ -171,9 +173,11 @@ class KubernetesTaskStore:
             version=VERSION,
             plural=TASK_PLURAL,
             namespace=namespace,
-            on_replace=self._replace_all,
+            on_page=self._listed_page,
+            on_listed=self._listed,
             on_event=self._on_event,
             watch_timeout_s=watch_timeout_s,
+            page_size=list_page_size,
         )
 
     async def open(self) -> None:
@@ -190,14 +194,15 @@ class KubernetesTaskStore:
 
     # -- cache -----------------------------------------------------------------------------------
 
-    def _replace_all(self, items: Sequence[JsonObject]) -> None:
-        fresh = {str(item["metadata"]["name"]): item for item in items}
-        gone = [name for name in self._cache if name not in fresh]
+    def _listed_page(self, items: Sequence[JsonObject]) -> None:
+        for item in items:
+            self._remember(item, notify=False)
+
+    def _listed(self, names: set[str]) -> None:
+        gone = [name for name in self._cache if name not in names]
         for name in gone:
             self._forget(name)
-        for item in fresh.values():
-            self._remember(item, notify=False)
-        self._notify([*fresh, *gone], created=True)
+        self._notify([*names, *gone], created=True)
 
     def _on_event(self, kind: str, obj: JsonObject) -> None:
         name = str(obj["metadata"]["name"])

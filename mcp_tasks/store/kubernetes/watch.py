@@ -1,7 +1,8 @@
 """`Reflector`: a list-then-watch loop that keeps a local copy of one resource collection current.
 
 The pattern of client-go's reflector, for custom resources: LIST to get a consistent snapshot and its
-`resourceVersion`, then WATCH from there with bookmarks. When the server closes the watch (its
+`resourceVersion` (in pages of `page_size` objects, as client-go does, so the memory a listing takes is
+one page, not the whole collection), then WATCH from there with bookmarks. When the server closes the watch (its
 `timeoutSeconds`, a restart, a proxy), the loop resumes from the last `resourceVersion` it saw, so
 no event is lost; when that version is too old (`410 Gone`), it lists again and replaces the copy.
 Transient errors back off exponentially (0.2 s doubling to 5 s).
@@ -26,8 +27,11 @@ logger = logging.getLogger("mcp_tasks.store.kubernetes")
 BACKOFF_INITIAL_S: Final = 0.2
 BACKOFF_MAX_S: Final = 5.0
 
-OnReplace = Callable[[Sequence[JsonObject]], Awaitable[None] | None]
-"""Called with the full list after every LIST (initial sync and after `410 Gone`)."""
+OnPage = Callable[[Sequence[JsonObject]], Awaitable[None] | None]
+"""Called with each page of a LIST (initial sync and after `410 Gone`), in order."""
+OnListed = Callable[[set[str]], Awaitable[None] | None]
+"""Called after the last page with the names of every listed object: any other is gone."""
+PAGE_SIZE: Final = 500
 OnEvent = Callable[[str, JsonObject], Awaitable[None] | None]
 """Called with (`ADDED`|`MODIFIED`|`DELETED`, object) for each watch event, in server order."""
 
@@ -42,11 +46,13 @@ class Reflector:
     Args:
         api_client: an open kubernetes_asyncio `ApiClient`.
         group, version, plural, namespace: the collection to watch.
-        on_replace: receives the full list after each LIST.
+        on_page: receives each page of each LIST.
+        on_listed: receives the names of all listed objects once a LIST's last page was delivered.
         on_event: receives each watch event.
         watch_timeout_s: server-side `timeoutSeconds` of one WATCH request, in seconds (default 5 min);
             the loop then resumes from the last seen `resourceVersion`.
         label_selector: optional label selector for the LIST and WATCH.
+        page_size: objects per LIST page (`limit`).
     """
 
     def __init__(
@@ -57,14 +63,18 @@ class Reflector:
         version: str,
         plural: str,
         namespace: str,
-        on_replace: OnReplace,
+        on_page: OnPage,
+        on_listed: OnListed,
         on_event: OnEvent,
         watch_timeout_s: int = 300,
         label_selector: str | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self._api = CustomObjectsApi(api_client)
         self._coordinates = (group, version, namespace, plural)
-        self._on_replace = on_replace
+        self._on_page = on_page
+        self._on_listed = on_listed
+        self._page_size = page_size
         self._on_event = on_event
         self._watch_timeout_s = watch_timeout_s
         self._label_selector = label_selector
@@ -106,7 +116,7 @@ class Reflector:
             try:
                 await self._list()
                 break
-            except (TimeoutError, ApiException, OSError) as exc:
+            except (TimeoutError, ApiException, OSError, WatchExpired) as exc:  # 410: the pages' snapshot expired
                 status = getattr(exc, "status", None)
                 transient = not isinstance(exc, ApiException) or status == 429 or (status or 0) >= 500
                 if not transient or asyncio.get_running_loop().time() + delay > deadline:
@@ -125,13 +135,39 @@ class Reflector:
             self._task = None
 
     async def _list(self) -> None:
+        """One consistent listing, page by page (`continue` tokens keep the first page's snapshot).
+
+        Raises:
+            WatchExpired: the snapshot expired between pages (410); the caller lists again.
+            ApiException: any other error answer.
+        """
         group, version, namespace, plural = self._coordinates
-        kwargs: dict[str, Any] = {}
-        if self._label_selector:
-            kwargs["label_selector"] = self._label_selector
-        listing = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
-        self._resource_version = listing["metadata"]["resourceVersion"]
-        await _call(self._on_replace, listing.get("items") or [])
+        names: set[str] = set()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False}
+            if self._label_selector:
+                kwargs["label_selector"] = self._label_selector
+            if token:
+                kwargs["_continue"] = token
+            response = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
+            try:
+                if response.status == 410:
+                    raise WatchExpired
+                if response.status != 200:
+                    raise ApiException(status=response.status, reason=(await response.text())[:200])
+                page = await response.json()
+            finally:
+                response.release()
+            items = page.get("items") or []
+            names.update(str(item["metadata"]["name"]) for item in items)
+            await _call(self._on_page, items)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                self._resource_version = metadata["resourceVersion"]
+                break
+        await _call(self._on_listed, names)
         self.synced.set()
 
     async def _run(self) -> None:
