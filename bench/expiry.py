@@ -26,7 +26,7 @@ from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.kubernetes import store as store_module
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import transact, utc_now
+from mcp_tasks.tasks.interfaces import Writer, transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
@@ -80,7 +80,9 @@ async def measure(kubeconfig: Path, tasks: int) -> list[tuple[str, float]]:
 
             async def cancel() -> None:
                 record = next(finish)
-                await transact(store, record.task_id, lambda r: (transitions.cancel(r, utc_now()), None))
+                await transact(
+                    store, record.task_id, lambda r: (transitions.cancel(r, utc_now()), None), Writer.EXECUTOR
+                )
 
             await _bounded(len(created), 32, cancel)
             later = utc_now() + timedelta(seconds=5)

@@ -343,7 +343,7 @@ async def complete_tasks(kubeconfig: Path) -> list[str]:
     from mcp_tasks.cli.settings import KubernetesSettings
     from mcp_tasks.store.kubernetes import KubernetesTaskStore
     from mcp_tasks.tasks import transitions
-    from mcp_tasks.tasks.interfaces import utc_now
+    from mcp_tasks.tasks.interfaces import Writer, utc_now
 
     cluster = await connect(KubernetesSettings(kubeconfig=kubeconfig, namespace=NAMESPACE))
     store = KubernetesTaskStore(cluster.api_client, NAMESPACE)
@@ -356,7 +356,7 @@ async def complete_tasks(kubeconfig: Path) -> list[str]:
         async def complete(task_id: str) -> None:
             async with gate:
                 record = await store.get(task_id)
-                await store.compare_and_swap(transitions.complete(record, dict(result), utc_now()))
+                await store.compare_and_swap(transitions.complete(record, dict(result), utc_now()), Writer.EXECUTOR)
 
         await asyncio.gather(*(complete(record.task_id) for record in records))
         return [record.task_id for record in records]

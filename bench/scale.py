@@ -74,7 +74,7 @@ async def create_tasks(kubeconfig: Path, namespace: str, count: int, finished: b
 
     from mcp_tasks.store.kubernetes import KubernetesTaskStore
     from mcp_tasks.tasks import transitions
-    from mcp_tasks.tasks.interfaces import utc_now
+    from mcp_tasks.tasks.interfaces import Writer, utc_now
 
     await config.load_kube_config(config_file=str(kubeconfig))
     async with ApiClient() as api:
@@ -86,7 +86,7 @@ async def create_tasks(kubeconfig: Path, namespace: str, count: int, finished: b
             async with gate:
                 record = await store.create(_record())
                 if finished:
-                    await store.compare_and_swap(transitions.complete(record, dict(RESULT), utc_now()))
+                    await store.compare_and_swap(transitions.complete(record, dict(RESULT), utc_now()), Writer.EXECUTOR)
                 ids.append(record.task_id)
 
         await asyncio.gather(*(one() for _ in range(count)))

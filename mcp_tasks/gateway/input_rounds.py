@@ -27,7 +27,7 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.tasks import inline, transitions
 from mcp_tasks.tasks.errors import InputCapabilityMissing, TaskNotFound
-from mcp_tasks.tasks.interfaces import InputNeeded, transact
+from mcp_tasks.tasks.interfaces import InputNeeded, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
@@ -65,7 +65,7 @@ async def continue_run(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
         return (transitions.answer_input_requests(record, responses, now()) if responses else record), None
 
     try:
-        await transact(ctx.services.store, run, this_round, owner=ctx.owner)
+        await transact(ctx.services.store, run, this_round, Writer.CLIENT, owner=ctx.owner)
     except TaskNotFound as exc:
         raise InvalidParams(ENDED) from exc
     except InputCapabilityMissing as exc:
@@ -120,7 +120,9 @@ async def ask_caller(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
     settings = ctx.services.settings
     until = ctx.services.clock() + timedelta(seconds=settings.request_state_ttl_s)
     try:
-        record, _ = await transact(ctx.services.store, run, lambda r: (transitions.await_next_round(r, until), None))
+        record, _ = await transact(
+            ctx.services.store, run, lambda r: (transitions.await_next_round(r, until), None), Writer.CLIENT
+        )
     except TaskNotFound:
         return ctx.complete(error_result(f"Tool {tool.name!r} was stopped: its run is gone"))
     outcome = inline.call_outcome(record)

@@ -33,7 +33,7 @@ from mcp_tasks.protocol.headers import RequestEnvelope
 from mcp_tasks.protocol.jsonrpc import Message, error_response, result_response
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound
-from mcp_tasks.tasks.interfaces import InputNeeded, transact
+from mcp_tasks.tasks.interfaces import InputNeeded, Writer, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -240,7 +240,9 @@ async def accept_reply(payload: JsonObject, owner: Owner, services: Services) ->
         return transitions.answer_input_requests(record, {key: answer}, now), True
 
     try:
-        _record, delivered = await transact(services.store, task_id, apply, owner, confirm_no_change=True)
+        _record, delivered = await transact(
+            services.store, task_id, apply, Writer.CLIENT, owner, confirm_no_change=True
+        )
     except TaskNotFound:
         delivered = False
     except InvalidInputResponse as exc:  # names the key as `inputResponses[...]`; say it as this client sent it

@@ -50,7 +50,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.inline import call_outcome, hidden, keep_watching
-from mcp_tasks.tasks.interfaces import notify_written, transact
+from mcp_tasks.tasks.interfaces import Writer, notify_written, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -144,7 +144,12 @@ async def _request_cancel(services: Services, task_id: str, why: str) -> None:
     logger.info("cancelling the hidden task %s of a legacy call: %s", task_id, why)
     by = CANCELLED_BY_CLIENT if why == CANCELLED_BY_CLIENT else "gateway"
     with contextlib.suppress(TaskNotFound, StoreUnavailable, VersionConflict):
-        await transact(services.store, task_id, lambda r: (transitions.request_cancel(r, by, services.clock()), None))
+        await transact(
+            services.store,
+            task_id,
+            lambda r: (transitions.request_cancel(r, by, services.clock()), None),
+            Writer.CLIENT,
+        )
 
 
 async def cancel_call(services: Services, owner: Owner, request_id: object) -> None:

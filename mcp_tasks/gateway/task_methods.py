@@ -18,7 +18,7 @@ from mcp_tasks.protocol.errors import InvalidParams, JsonObject
 from mcp_tasks.protocol.models import GetTaskResult, TaskRequestParams, UpdateTaskRequestParams
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
-from mcp_tasks.tasks.interfaces import transact
+from mcp_tasks.tasks.interfaces import Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.gateway")
@@ -67,6 +67,7 @@ async def update_task(ctx: RequestContext) -> JsonObject:
             ctx.services.store,
             params.task_id,
             lambda r: (transitions.answer_input_requests(r, params.input_responses, now()), None),
+            Writer.CLIENT,
             owner=ctx.owner,
             confirm_no_change=True,  # an answer is never ignored on a cached copy behind another replica
         )
@@ -84,6 +85,7 @@ async def cancel_task(ctx: RequestContext) -> JsonObject:
             ctx.services.store,
             params.task_id,
             lambda r: (transitions.request_cancel(r, ctx.owner.subject, now()), None),
+            Writer.CLIENT,
             owner=ctx.owner,
         )
     except TaskNotFound as exc:

@@ -44,7 +44,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, transact
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -199,7 +199,7 @@ class Reconciler:
     async def _change(self, task_id: str, change: Change, why: str) -> bool:
         """Apply `change` with CAS; False when the task is gone or already terminal (nothing written)."""
         try:
-            await transact(self.store, task_id, lambda r: (change(r, self.clock()), None))
+            await transact(self.store, task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR)
         except (IllegalTransition, TaskNotFound):
             return False
         logger.info("task %s: %s", task_id, why)

@@ -45,6 +45,7 @@ from mcp_tasks.tasks.interfaces import (
     InputNeeded,
     TaskStore,
     ToolCatalog,
+    Writer,
     notify_written,
     transact,
 )
@@ -364,7 +365,7 @@ class LocalRunner:
 
     async def _write(self, before: TaskRecord, updated: TaskRecord) -> TaskRecord:
         """`compare_and_swap(updated)`, reported to the write observers (metrics) like `transact` does."""
-        written = await self.store.compare_and_swap(updated)
+        written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
         notify_written(before, written)
         return written
 
@@ -505,7 +506,12 @@ class LocalRunner:
             return  # no identity (no /proc) or no state folder: this run cannot be adopted
         running = LeaseProcess(pid=pid, identity=known, execution_id=execution.execution_id, worker_port=self._port)
         try:
-            await transact(self.store, task_id, lambda r: (transitions.record_process(r, self.holder, running), None))
+            await transact(
+                self.store,
+                task_id,
+                lambda r: (transitions.record_process(r, self.holder, running), None),
+                Writer.EXECUTOR,
+            )
         except StoreUnavailable as exc:
             logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
 
@@ -558,6 +564,7 @@ class LocalRunner:
                                 transitions.renew(r, self.holder, self.clock(), self._lease, tool.execution.ttl_ms),
                                 None,
                             ),
+                            Writer.EXECUTOR,
                         )
                     except LeaseLost:
                         if (await self.store.get(task_id)).status.is_terminal:
@@ -630,7 +637,7 @@ class LocalRunner:
         while True:  # the outcome is known: keep it until the store can take it (or the runner stops)
             try:
                 with contextlib.suppress(TaskNotFound):
-                    await transact(self.store, task_id, apply)
+                    await transact(self.store, task_id, apply, Writer.EXECUTOR)
                 return
             except StoreUnavailable as exc:
                 logger.warning("task %s: cannot record the outcome yet (%s); retry in %.1fs", task_id, exc, backoff_s)
@@ -649,7 +656,7 @@ class LocalRunner:
             return transitions.failing(_STOPPED_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, self.clock()), True
 
         with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
-            _record, interrupted = await asyncio.shield(transact(self.store, task_id, apply))
+            _record, interrupted = await asyncio.shield(transact(self.store, task_id, apply, Writer.EXECUTOR))
             if interrupted:
                 after = (
                     "re-run at the next start (idempotent)" if tool.execution.idempotent else "failed (outcome unknown)"

@@ -15,6 +15,12 @@ class VersionConflict(TaskError):
     """A compare-and-swap write lost: the record changed since it was read. Re-read and retry."""
 
 
+class WrongWriter(TaskError):
+    """A write changes what only the other writer may change (`interfaces.Writer`): a client write that
+    touches executor status, or an executor write that touches client intent. A programming error.
+    """
+
+
 class IllegalTransition(TaskError):
     """The requested status change is not in the transition table (terminal states never change)."""
 

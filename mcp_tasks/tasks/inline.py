@@ -29,6 +29,7 @@ from mcp_tasks.tasks.interfaces import (
     InputNeeded,
     ProgressSink,
     TaskStore,
+    Writer,
     notify_written,
     transact,
 )
@@ -61,7 +62,7 @@ async def keep_watching(store: TaskStore, record: TaskRecord, now: datetime, wat
         return record
     until = now + timedelta(seconds=watch_s)
     try:
-        renewed, _ = await transact(store, record.task_id, lambda r: (transitions.watch(r, until), None))
+        renewed, _ = await transact(store, record.task_id, lambda r: (transitions.watch(r, until), None), Writer.CLIENT)
     except TaskNotFound:
         return record
     return renewed
@@ -115,7 +116,9 @@ async def cancel_hidden(store: TaskStore, task_id: str, why: str, clock: Clock) 
     """Ask the executor to stop a hidden task (cooperative cancel); a task already gone is fine."""
     logger.info("cancelling hidden task %s: %s", task_id, why)
     try:
-        await transact(store, task_id, lambda r: (transitions.request_cancel(r, "gateway", clock()), None))
+        await transact(
+            store, task_id, lambda r: (transitions.request_cancel(r, "gateway", clock()), None), Writer.CLIENT
+        )
     except TaskNotFound:
         return
 
@@ -204,7 +207,7 @@ async def answer_offered(store: TaskStore, task_id: str, offered: JsonObject, cl
         return (transitions.answer_input_requests(record, fitting, clock()) if fitting else record), None
 
     try:
-        await transact(store, task_id, change)
+        await transact(store, task_id, change, Writer.CLIENT)
     except TaskNotFound:
         return False
     return bool(applied and applied[0])

@@ -8,6 +8,7 @@ in"). `store/sqlite` and `store/kubernetes` implement `TaskStore`; the runner im
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,19 @@ class Clock(Protocol):
 def utc_now() -> datetime:
     """The real clock."""
     return datetime.now(UTC)
+
+
+class Writer(enum.Enum):
+    """Who writes a task, named by the caller of every write (the store checks it, never infers it).
+
+    - `CLIENT`: the client's intent (SEP-2663 `tasks/update` answers, `tasks/cancel` requests, a
+      synchronous caller's input round and its watch). On Kubernetes: the McpTask `spec`.
+    - `EXECUTOR`: what the executor observed (status, input requests, progress, results, leases,
+      attempts, TTL). On Kubernetes: the status subresource.
+    """
+
+    CLIENT = "client"
+    EXECUTOR = "executor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +83,14 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
-        """Write `record` if the stored version still equals `record.version`; return it with the next version.
+    async def compare_and_swap(self, record: TaskRecord, writer: Writer) -> TaskRecord:
+        """Write `record`, a change made by `writer`, if the stored version still equals `record.version`;
+        return it with the next version.
 
         Raises:
             VersionConflict: the stored record changed since it was read.
             TaskNotFound: the record is gone.
+            WrongWriter: the change touches what only the other writer may write (a programming error).
         """
         ...
 
@@ -228,6 +244,7 @@ async def transact(
     store: TaskStore,
     task_id: str,
     change: Callable[[TaskRecord], tuple[TaskRecord, T]],
+    writer: Writer,
     owner: Owner | None = None,
     attempts: int = 16,
     confirm_no_change: bool = False,
@@ -235,16 +252,18 @@ async def transact(
     """Read-modify-write one task with compare-and-swap, retrying on conflict.
 
     `change` is a pure function returning the new record and a value for the caller; when it returns
-    the very record it was given, nothing is written. With `confirm_no_change` that outcome is decided
-    again on an authoritative read (`get(fresh=True)`) before it stands: a client's write (an answer) is
-    never dropped because a cached copy lagged behind another replica's write. Between tries the writer
-    sleeps a random time up to an exponentially growing cap ("full jitter": 2 ms, 4 ms, ... at most
-    100 ms), so N writers racing on one task spread out and each lands in about N rounds instead of all
-    retrying in lock-step; the worst case over the default 16 attempts is about 1.1 s of waiting.
+    the very record it was given, nothing is written. `writer` says whose change it is (`Writer`).
+    With `confirm_no_change` that outcome is decided again on an authoritative read (`get(fresh=True)`)
+    before it stands: a client's write (an answer) is never dropped because a cached copy lagged behind
+    another replica's write. Between tries the writer sleeps a random time up to an exponentially
+    growing cap ("full jitter": 2 ms, 4 ms, ... at most 100 ms), so N writers racing on one task spread
+    out and each lands in about N rounds instead of all retrying in lock-step; the worst case over the
+    default 16 attempts is about 1.1 s of waiting.
 
     Raises:
         TaskNotFound: the task is missing or not visible to `owner`.
         VersionConflict: still conflicting after `attempts` tries.
+        WrongWriter: `change` touched what only the other writer may write.
     """
     for attempt in range(attempts):
         if attempt:
@@ -257,7 +276,7 @@ async def transact(
         if updated is current:
             return current, value
         try:
-            written = await store.compare_and_swap(updated)
+            written = await store.compare_and_swap(updated, writer)
         except VersionConflict:
             continue
         notify_written(current, written)
@@ -277,6 +296,7 @@ __all__ = [
     "ToolExecutor",
     "Unfinished",
     "WriteObserver",
+    "Writer",
     "add_write_observer",
     "notify_written",
     "transact",

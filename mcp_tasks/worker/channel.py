@@ -22,7 +22,7 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, transact
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
@@ -97,7 +97,9 @@ class WorkerChannel:
     async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
         assert execution.task_id is not None  # callers check synchronous runs first
         try:
-            record, _ = await transact(self.store, execution.task_id, lambda r: (change(r, self.clock()), None))
+            record, _ = await transact(
+                self.store, execution.task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR
+            )
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
         except TaskNotFound as exc:
@@ -157,7 +159,7 @@ class WorkerChannel:
                     minted[:] = keys
                     return updated, None
 
-                await transact(self.store, execution.task_id, change)
+                await transact(self.store, execution.task_id, change, Writer.EXECUTOR)
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
         except InputCapabilityMissing as exc:
@@ -176,7 +178,9 @@ class WorkerChannel:
         deadline = self.clock().timestamp() + wait_s
         while True:
             try:
-                record, taken = await transact(self.store, task_id, lambda r: transitions.take_input_responses(r, keys))
+                record, taken = await transact(
+                    self.store, task_id, lambda r: transitions.take_input_responses(r, keys), Writer.EXECUTOR
+                )
             except TaskNotFound as exc:
                 raise ChannelError(409, "the task no longer exists") from exc
             if taken:

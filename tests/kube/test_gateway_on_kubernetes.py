@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.interfaces import transact, utc_now
+from mcp_tasks.tasks.interfaces import Writer, transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.clients import typescript
@@ -98,13 +98,16 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
         record = transitions.claim(record, "worker-1", now, timedelta(seconds=30), 120_000)
         return transitions.set_status_message(record, "asked twice", now), None
 
-    written, _ = await transact(store, created.task_id, everything)
+    written, _ = await transact(store, created.task_id, everything, Writer.EXECUTOR)
     answered, _ = await transact(
         store,
         created.task_id,
         lambda r: (transitions.answer_input_requests(r, {"q": {"action": "decline"}}, now), None),
+        Writer.CLIENT,
     )
-    cancelled, _ = await transact(store, created.task_id, lambda r: (transitions.request_cancel(r, "alice", now), None))
+    cancelled, _ = await transact(
+        store, created.task_id, lambda r: (transitions.request_cancel(r, "alice", now), None), Writer.CLIENT
+    )
     reread = await KubernetesTaskStore(api_client, namespace).get(created.task_id)
     assert reread == cancelled
     assert reread.lease == Lease("worker-1", written.lease.expires_at if written.lease else now)
@@ -127,7 +130,9 @@ async def test_a_synchronous_call_runs_as_a_hidden_task_the_executor_finishes(
     async def executor() -> None:  # stands in for the operator
         while True:
             for record in await store.list_runnable(utc_now(), 10):
-                await transact(store, record.task_id, lambda r: (transitions.complete(r, result, utc_now()), None))
+                await transact(
+                    store, record.task_id, lambda r: (transitions.complete(r, result, utc_now()), None), Writer.EXECUTOR
+                )
             await store.wait_for_new_tasks(1.0)
 
     running = asyncio.create_task(executor())

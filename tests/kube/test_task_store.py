@@ -17,7 +17,7 @@ from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import TaskStore, transact, utc_now
+from mcp_tasks.tasks.interfaces import TaskStore, Writer, transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.controlplane.cluster import ControlPlane
@@ -29,7 +29,10 @@ ELICIT: dict[str, Any] = {"method": "elicitation/create", "params": {"message": 
 async def ask(store: TaskStore, task_id: str, keys: list[str]) -> TaskRecord:
     """Act as the executor: issue input requests (status subresource) and park the task in input_required."""
     record, minted = await transact(
-        store, task_id, lambda r: transitions.add_input_requests(r, [(k, ELICIT) for k in keys], utc_now())
+        store,
+        task_id,
+        lambda r: transitions.add_input_requests(r, [(k, ELICIT) for k in keys], utc_now()),
+        Writer.EXECUTOR,
     )
     assert minted == keys
     return record
@@ -104,7 +107,7 @@ async def test_arguments_and_results_round_trip_exactly(
     assert json.dumps(record.arguments, sort_keys=True) == json.dumps({"seconds": 30, **payload}, sort_keys=True)
 
     result = {"content": [{"type": "text", "text": "done"}], "structuredContent": payload, "isError": False}
-    await transact(fresh, task_id, lambda r: (transitions.complete(r, result, utc_now()), None))
+    await transact(fresh, task_id, lambda r: (transitions.complete(r, result, utc_now()), None), Writer.EXECUTOR)
     task = await mcp.wait_status(task_id, "completed")
     assert json.dumps(task["result"]["structuredContent"], sort_keys=True) == json.dumps(payload, sort_keys=True)
     assert type(task["result"]["structuredContent"]["int64_max"]) is int
@@ -168,7 +171,7 @@ async def test_a_watch_closed_by_the_server_resumes_without_losing_an_update(
             def progress(r: TaskRecord, message: str = message) -> tuple[TaskRecord, None]:
                 return transitions.set_status_message(r, message, utc_now()), None
 
-            await transact(writer, record.task_id, progress)
+            await transact(writer, record.task_id, progress, Writer.EXECUTOR)
             await asyncio.sleep(0.25)
         async with asyncio.timeout(10):
             while (await watcher.get(record.task_id)).status_message != f"step {steps - 1}":
@@ -224,7 +227,9 @@ async def test_expired_tasks_are_deleted_from_the_cluster(
     try:
         record = await store.create(_new_record(ttl_ms=1000))
         running = await store.create(_new_record(ttl_ms=1000))
-        finished, _ = await transact(store, record.task_id, lambda r: (transitions.cancel(r, utc_now()), None))
+        finished, _ = await transact(
+            store, record.task_id, lambda r: (transitions.cancel(r, utc_now()), None), Writer.EXECUTOR
+        )
         later = utc_now() + timedelta(seconds=2)
         assert await store.delete_expired(later, 10) == [record.task_id], "running tasks never expire"
         assert get_object(control_plane, namespace, record.task_id) is None
@@ -263,7 +268,10 @@ async def test_more_expired_tasks_than_one_old_sweep_took_are_deleted_at_once(
     try:
         records = await asyncio.gather(*(store.create(_new_record(ttl_ms=1000)) for _ in range(150)))
         await asyncio.gather(
-            *(transact(store, r.task_id, lambda r: (transitions.cancel(r, utc_now()), None)) for r in records)
+            *(
+                transact(store, r.task_id, lambda r: (transitions.cancel(r, utc_now()), None), Writer.EXECUTOR)
+                for r in records
+            )
         )
         deleted = await store.delete_expired(utc_now() + timedelta(seconds=2), 1000)
         assert sorted(deleted) == sorted(r.task_id for r in records)
@@ -293,7 +301,9 @@ async def test_finished_tasks_beyond_the_recent_ones_are_cached_as_summaries_and
         records = [await store.create(_new_record()) for _ in range(4)]
         for number, record in enumerate(records):
             result: dict[str, Any] = {"content": [{"type": "text", "text": f"result {number}"}], "isError": False}
-            await store.compare_and_swap(transitions.complete(await store.get(record.task_id), result, utc_now()))
+            await store.compare_and_swap(
+                transitions.complete(await store.get(record.task_id), result, utc_now()), Writer.EXECUTOR
+            )
         stored = await original(GROUP, VERSION, namespace, TASK_PLURAL, records[0].task_id)
         assert stored["metadata"]["managedFields"], "the server keeps them; the cache does not"
         assert all("managedFields" not in (entry.view()["metadata"]) for entry in store._cache.values())
@@ -311,7 +321,9 @@ async def test_finished_tasks_beyond_the_recent_ones_are_cached_as_summaries_and
         assert recent.result is not None and recent.result["content"][0]["text"] == "result 3" and gets == 1
 
         with_spec = await store.create(_new_record())
-        await transact(store, with_spec.task_id, lambda r: (transitions.request_cancel(r, "alice", utc_now()), None))
+        await transact(
+            store, with_spec.task_id, lambda r: (transitions.request_cancel(r, "alice", utc_now()), None), Writer.CLIENT
+        )
         stored = await original(GROUP, VERSION, namespace, TASK_PLURAL, with_spec.task_id)
         assert stored["spec"]["cancelRequested"] is True and stored["metadata"]["managedFields"], (
             "a write without managedFields leaves the server's field ownership in place"

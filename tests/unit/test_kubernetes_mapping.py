@@ -16,8 +16,9 @@ from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.mapping import ImmutableFieldChanged
 from mcp_tasks.store.kubernetes.resources import TENANT_LABEL, label_value
 from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import WrongWriter
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.interfaces import Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.unit.manifests import tool_spec
@@ -56,7 +57,11 @@ Step = Callable[[TaskRecord], TaskRecord]
 def _step(obj: JsonObject, change: Step, side: str) -> tuple[JsonObject, TaskRecord]:
     before = mapping.to_record(obj)
     after = change(before)
-    plan = mapping.plan_write(obj, after)
+    writer = Writer.CLIENT if side == "spec" else Writer.EXECUTOR
+    plan = mapping.plan_write(obj, after, writer)
+    other = Writer.EXECUTOR if writer is Writer.CLIENT else Writer.CLIENT
+    with pytest.raises(WrongWriter):  # the caller names the writer; the other one is refused
+        mapping.plan_write(obj, after, other)
     written = [name for name in ("spec", "status") if getattr(plan, name) is not None]
     assert written == [side], f"expected one {side} write, planned {written}"
     stored = _apply(obj, plan)
@@ -123,9 +128,9 @@ def test_fields_fixed_at_creation_cannot_change() -> None:
     obj = _fresh()
     record = mapping.to_record(obj)
     with pytest.raises(ImmutableFieldChanged):
-        mapping.plan_write(obj, dataclasses.replace(record, arguments={"n": 2}))
+        mapping.plan_write(obj, dataclasses.replace(record, arguments={"n": 2}), Writer.CLIENT)
     with pytest.raises(ImmutableFieldChanged):
-        mapping.plan_write(obj, dataclasses.replace(record, owner=Owner("evil", "alice")))
+        mapping.plan_write(obj, dataclasses.replace(record, owner=Owner("evil", "alice")), Writer.EXECUTOR)
 
 
 def test_tenants_that_are_not_label_values_are_hashed() -> None:

@@ -15,7 +15,7 @@ from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import InvalidToolManifest, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import transact
+from mcp_tasks.tasks.interfaces import Writer, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import REPO
@@ -30,9 +30,9 @@ async def test_store_is_wal_with_full_sync_and_cas_rejects_stale_writes(tmp_path
         assert list(await store._w.execute_fetchall("PRAGMA synchronous")) == [(2,)]
         created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {"n": 2**70}, NOW))
         assert (await store.get(created.task_id)).arguments == {"n": 2**70}
-        first = await store.compare_and_swap(dataclasses.replace(created, status_message="one"))
+        first = await store.compare_and_swap(dataclasses.replace(created, status_message="one"), Writer.EXECUTOR)
         with pytest.raises(VersionConflict):
-            await store.compare_and_swap(dataclasses.replace(created, status_message="stale"))
+            await store.compare_and_swap(dataclasses.replace(created, status_message="stale"), Writer.EXECUTOR)
         assert (await store.get(created.task_id)).status_message == "one"
         assert first.version == "2"
         with pytest.raises(TaskNotFound):
@@ -136,15 +136,15 @@ async def test_an_answer_is_not_dropped_because_a_cached_copy_lags(tmp_path: Pat
         created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {}, NOW))
         request = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
         asked, _ = transitions.add_input_requests(created, [("k", request)], NOW)
-        await store.compare_and_swap(asked)
+        await store.compare_and_swap(asked, Writer.EXECUTOR)
         lagging.stale = created  # this replica has not seen the ask yet
         answer = {"k": {"action": "accept", "content": {}}}
 
         def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
             return transitions.answer_input_requests(record, answer, NOW), None
 
-        unchanged, _ = await transact(store, created.task_id, apply)
+        unchanged, _ = await transact(store, created.task_id, apply, Writer.CLIENT)
         assert unchanged.input_responses == {}, "without confirmation the cached copy decides: dropped"
         lagging.stale = created
-        answered, _ = await transact(store, created.task_id, apply, confirm_no_change=True)
+        answered, _ = await transact(store, created.task_id, apply, Writer.CLIENT, confirm_no_change=True)
         assert answered.input_responses == answer and answered.status is TaskStatus.WORKING

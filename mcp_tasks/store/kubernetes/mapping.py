@@ -32,7 +32,9 @@ from mcp_tasks.store.kubernetes.resources import (
     TaskOwner,
     label_value,
 )
+from mcp_tasks.tasks.errors import WrongWriter
 from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.interfaces import Writer
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord, iso_ms, to_epoch_ms
 
@@ -192,15 +194,16 @@ def _comparable(record: TaskRecord) -> TaskRecord:
     )
 
 
-def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
-    """Decide how to store `record`, a change of the task `obj` currently holds.
+def plan_write(obj: JsonObject, record: TaskRecord, writer: Writer) -> WritePlan:
+    """The write that stores `record`, `writer`'s change of the task `obj` currently holds.
 
-    Client-side changes (answers, cancel requests) land in `spec`; executor-side changes in `status`.
-    Every transition of `tasks.transitions` needs exactly one of the two (a test checks this), so
-    each record change is one compare-and-swap write.
+    A client's change (answers, cancel requests, an input round's capabilities and watch) lands in
+    `spec`; an executor's in the status subresource. So each record change is one compare-and-swap
+    write, to the part its writer owns.
 
     Raises:
         ImmutableFieldChanged: the change touches a field fixed at creation.
+        WrongWriter: a client change that needs a status write, or an executor change of `spec`.
     """
     spec = parse_spec(obj)
     status = parse_status(obj)
@@ -228,10 +231,13 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         )
     new_spec = spec.model_copy(update=update)
     spec_changed = new_spec != spec
-    wanted = _comparable(record)
     name, version = record.task_id, record.version
-    if _comparable(_view(name, version, new_spec, status)) == wanted:
+    if writer is Writer.CLIENT:
+        if _comparable(_view(name, version, new_spec, status)) != _comparable(record):
+            raise WrongWriter(f"task {name}: a client write changed what the executor reports (status)")
         return WritePlan(spec=new_spec if spec_changed else None, status=None)
+    if spec_changed:
+        raise WrongWriter(f"task {name}: an executor write changed the client's intent (spec)")
 
     kept_requests = {key: status.input_requests[key] for key in record.input_responses if key in status.input_requests}
     phase = record.status
@@ -255,4 +261,4 @@ def plan_write(obj: JsonObject, record: TaskRecord) -> WritePlan:
         input_required_since=_opt_iso(record.input_required_since),
         conditions=conditions.task_conditions(record, status.conditions, int(obj["metadata"].get("generation") or 0)),
     )
-    return WritePlan(spec=new_spec if spec_changed else None, status=new_status)
+    return WritePlan(spec=None, status=new_status)

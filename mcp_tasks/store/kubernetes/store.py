@@ -45,7 +45,7 @@ from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector
 from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
@@ -361,7 +361,7 @@ class KubernetesTaskStore:
             raise
         return self._remember(obj, notify=False)
 
-    async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
+    async def compare_and_swap(self, record: TaskRecord, writer: Writer) -> TaskRecord:
         """Write `record` if the McpTask is still at `record.version`; return it at the new version.
 
         Raises:
@@ -379,7 +379,7 @@ class KubernetesTaskStore:
             metrics.STORE_CONFLICTS.labels("kubernetes").inc()
             await self._fetch(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}")
-        plan = mapping.plan_write(entry.obj, record)
+        plan = mapping.plan_write(entry.obj, record, writer)
         obj = entry.obj
         if plan.spec is not None:
             obj = await self._put(record, {**obj, "spec": mapping.dump(plan.spec)}, status=False)

@@ -30,7 +30,7 @@ from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.ids import TaskId
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
@@ -288,8 +288,11 @@ class SqliteTaskStore:
             raise TaskNotFound(task_id)
         return record
 
-    async def compare_and_swap(self, record: TaskRecord) -> TaskRecord:
+    async def compare_and_swap(self, record: TaskRecord, writer: Writer) -> TaskRecord:
         """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed.
+
+        One row holds both writers' fields, so `writer` changes nothing here (the Kubernetes store
+        writes `spec` or the status subresource by it).
 
         Raises:
             VersionConflict: the record changed since it was read. TaskNotFound: it is gone.
