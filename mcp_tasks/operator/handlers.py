@@ -50,6 +50,10 @@ def build_registry(
         settings.peering.priority = priority
         settings.peering.mandatory = True
         settings.peering.clusterwide = False
+        # One namespace, named: nothing to discover. Scanning would list namespaces and CRDs cluster-wide,
+        # which the operator's Role does not grant; kopf then retries for about a minute before it
+        # falls back, and peering (so every watch) waits for it.
+        settings.scanning.disabled = True
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
 

@@ -146,3 +146,14 @@ def test_the_committed_crds_are_generated_from_the_models(tmp_path: Path) -> Non
     drifted = tmp_path / "mcptasks.yaml"
     drifted.write_text(drifted.read_text().replace("issuedInputKeys", "issuedKeys"))
     assert main(["crds", "--check", str(tmp_path)]) == 1
+
+
+def test_a_callers_watch_is_one_spec_write_even_at_microsecond_precision() -> None:
+    """`watchedUntil` is stored at ms precision; a client's renewal must not look like a status change."""
+    obj = _fresh()
+    record = mapping.to_record(obj)
+    hidden = dataclasses.replace(record, watched_until=NOW)
+    obj = _apply(obj, mapping.WritePlan(spec=mapping.spec_for_new(hidden), status=None))
+    until = NOW + timedelta(seconds=30, microseconds=123_456)
+    obj, view = _step(obj, lambda r: transitions.await_next_round(r, until), "spec")
+    assert view.watched_until is not None and abs((view.watched_until - until).total_seconds()) < 0.001

@@ -190,6 +190,7 @@ def _comparable(record: TaskRecord) -> TaskRecord:
         last_updated_at=ms(record.last_updated_at),
         cancel_requested_at=None if record.cancel_requested_at is None else ms(record.cancel_requested_at),
         input_required_since=None if record.input_required_since is None else ms(record.input_required_since),
+        watched_until=None if record.watched_until is None else ms(record.watched_until),
         lease=None if record.lease is None else Lease(record.lease.holder, ms(record.lease.expires_at)),
     )
 
