@@ -129,7 +129,7 @@ def start_operator(kubeconfig: Path, namespace: str, tmp: Path, name: str) -> su
     with log.open("wb") as out:
         process = subprocess.Popen(argv, cwd=run.REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
-    while b"this operator replica is active" not in log.read_bytes():
+    while b"(reconciling)" not in log.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise RuntimeError(f"operator did not become active:\n{log.read_text(errors='replace')[-3000:]}")

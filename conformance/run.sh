@@ -74,6 +74,7 @@ if [[ "$MODE" == kubernetes ]]; then
     --worker-url "http://127.0.0.1:$WORKER_PORT" --worker-port "$WORKER_PORT" --log-level WARNING \
     > "$DATA/operator.log" 2>&1 &
   OPERATOR=$!
+  for _ in $(seq 300); do grep -q "(reconciling)" "$DATA/operator.log" && break; sleep 0.2; done
   .venv/bin/mcptasks gateway --kubeconfig "$KUBECONFIG_FILE" --namespace conformance \
     --data-dir "$DATA" --port "$PORT" --log-level WARNING > "$DATA/server.log" 2>&1 &
 else

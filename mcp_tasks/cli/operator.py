@@ -128,7 +128,12 @@ async def operator(settings: Settings) -> None:
         )
         metrics_runner = await start_metrics(settings, config.worker_host)
         priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities, so replicas never both pause
-        peer = ActivePeer(api, namespace, config.peering, priority, reconciler.relist)
+
+        async def activate() -> None:
+            await reconciler.relist()
+            print(f"mcp-tasks operator: active in namespace {namespace} (reconciling)", flush=True)
+
+        peer = ActivePeer(api, namespace, config.peering, priority, activate)
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
             asyncio.create_task(peer.run(), name="peering"),

@@ -22,6 +22,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 logger = logging.getLogger("mcp_tasks.operator")
 
 POLL_S: Final = 2.0
+"""How often an active replica checks that it still is, in seconds."""
+WAITING_POLL_S: Final = 0.5
+"""How often a replica that is not active checks whether it has become so, in seconds."""
 
 
 def is_active(status: dict[str, Any], priority: int, now: datetime) -> bool:
@@ -57,7 +60,7 @@ class ActivePeer:
         priority: the priority this replica gave kopf (`settings.peering.priority`).
         on_activate: awaited when the replica becomes active (before `active` is set), e.g. to list
             Jobs and pods afresh.
-        poll_s: how often the object is read, in seconds.
+        poll_s: how often an active replica reads the object, in seconds (a waiting one: `WAITING_POLL_S`).
     """
 
     def __init__(
@@ -99,4 +102,4 @@ class ActivePeer:
                 logger.warning("cannot read KopfPeering %s: %s; retrying", self._name, exc)
             except Exception:
                 logger.exception("peering check failed; retrying")
-            await asyncio.sleep(self._poll_s)
+            await asyncio.sleep(self._poll_s if self.active.is_set() else min(self._poll_s, WAITING_POLL_S))
