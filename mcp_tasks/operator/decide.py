@@ -146,6 +146,8 @@ def decide(
     deadlines: list[datetime] = []
     first: tuple[Action, ...] = ()
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
+    if record.retention_ms is not None:  # a hidden task is kept shorter than its tool's ttlMs
+        retention_ms = min(retention_ms, record.retention_ms)
     renew_at = record.expires_at - timedelta(milliseconds=retention_ms / 2)
     if now >= renew_at:
         first = (RenewTtl(retention_ms),)

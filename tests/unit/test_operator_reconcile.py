@@ -406,3 +406,14 @@ def test_kopf_peering_rule() -> None:
     assert is_active({"me": me, "dead": {"priority": 20, "lifetime": 60, "lastseen": old}}, 10, now)
     assert is_active({"me": me, "lower": {"priority": 5, "lifetime": 60, "lastseen": seen}}, 10, now)
     assert not is_active({"me": me, "twin": {"priority": 10, "lifetime": 60, "lastseen": seen}}, 10, now)
+
+
+def test_a_hidden_task_is_kept_alive_by_its_own_retention_and_a_renewal_settles() -> None:
+    """A hidden task keeps 60 s, not its tool's hour: no renewal while more than half is left, and a
+    renewal moves the next one into the future (no write loop)."""
+    hidden = task(attempt=1, ttl_ms=60_000, retention_ms=60_000)
+    assert kinds(d.decide(hidden, job(), [pod()], TOOL, at(10), SETTINGS)) == []
+    plan = d.decide(hidden, job(), [pod()], TOOL, at(31), SETTINGS)
+    assert plan.actions == (d.RenewTtl(60_000),)
+    renewed = transitions.renew_ttl(hidden, at(31), 60_000)
+    assert kinds(d.decide(renewed, job(), [pod()], TOOL, at(31), SETTINGS)) == []
