@@ -51,6 +51,7 @@ bench: install
 bench-kubernetes: install controlplane
 	$(BIN)/python -m bench.kubernetes
 	$(BIN)/python -m bench.expiry
+	$(BIN)/python -m bench.scale
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache conformance-results
