@@ -185,8 +185,17 @@ async def _sweep_forever(reconciler: Reconciler, active: asyncio.Event, interval
 
 
 async def _resync_forever(reconciler: Reconciler, active: asyncio.Event, interval_s: float) -> None:
-    """Queue every unfinished task every `interval_s` (while active): a safety net, never the deadlines."""
+    """Every `interval_s` (while active) list Jobs and pods afresh and queue every unfinished task: a
+    safety net (kopf's watches may have listed again without reporting what went meanwhile), never the
+    deadlines.
+    """
     while True:
         await asyncio.sleep(interval_s)
         if active.is_set():
-            reconciler.resync()
+            try:
+                await reconciler.relist()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("resync failed (%s: %s); queueing from the copies", type(exc).__name__, exc)
+                reconciler.resync()

@@ -35,6 +35,11 @@ def trim(obj: JsonObject, status_fields: tuple[str, ...]) -> JsonObject:
     return {"metadata": kept, "status": {key: status[key] for key in status_fields if key in status}}
 
 
+def trim_child(obj: JsonObject) -> JsonObject:
+    """`trim` for a Job or a pod from a listing (whose items carry no `kind`)."""
+    return trim(obj, (*_JOB_STATUS, "phase", "containerStatuses"))
+
+
 def _newer(candidate: JsonObject, current: JsonObject | None) -> bool:
     if current is None:
         return True
@@ -77,6 +82,10 @@ class Children:
         elif _newer(job, self._jobs.get(task_id)):
             self._jobs[task_id] = trim(job, _JOB_STATUS)
         return task_id
+
+    def forget_job(self, task_id: str) -> None:
+        """Drop the copy of the task's Job (the API server says it is gone)."""
+        self._jobs.pop(task_id, None)
 
     def pod_event(self, kind: str, pod: JsonObject) -> str | None:
         """Record a pod watch event (as `job_event`); its task id."""

@@ -10,8 +10,10 @@ What the plan holds, by the state of the task:
 
 - finished `failed`/`cancelled` with its Job still running: `DeleteJob` once `ORPHAN_GRACE_S` passed (a
   crash between the write and the delete must not leave work running); finished otherwise: nothing.
-- unfinished with `ttlMs` within half the tool's retention of its end: `RenewTtl` first (SEP-2663:
-  ttlMs may change); otherwise look again when it will be.
+- unfinished with `ttlMs` within half its retention of its end (the tool's `ttlMs`, a hidden task's
+  own, at least `KEEPALIVE_FLOOR_MS`): `RenewTtl` first (SEP-2663: ttlMs may change); otherwise look
+  again when it will be.
+- a Job exists but the task never counted a run: `CountAttempt` first.
 - abandoned (a hidden task nobody watches) or `spec.cancelRequested`: `DeleteJob`, then `Cancel` once
   no pod runs (confirmed).
 - no Job and never run: `CreateJob`, or `Fail` `ToolRemoved` / `InvalidTool` when it cannot run.
@@ -25,9 +27,10 @@ What the plan holds, by the state of the task:
 - a pod that cannot start (`ImagePullBackOff`, unschedulable): `Fail` `StartTimeout` + `DeleteJob`
   after `start_deadline_s`; otherwise look again then.
 
-A plan whose decision rests on something being *absent* (no Job, no running pod) is marked `confirm`:
-the reconciler decides again on authoritative reads before acting, so a cache that has not yet seen a
-new Job or pod never fails a task.
+A plan that rests on something being *absent* (no Job, no running pod), or that fails a task or waits
+on what a copy of its Job or pods says (start deadline, run time counted from the Job's creation, a pod
+still stopping), is marked `confirm`: the reconciler decides again on authoritative reads before
+acting, so a watch that lags, or a copy that outlived its object, never fails a task.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ ORPHAN_GRACE_S: Final = 30.0
 CANCEL_RECHECK_S: Final = 5.0
 """While a cancelled task's pod still runs, look again this often, in seconds (pod events wake it sooner)."""
 MIN_REQUEUE_S: Final = 0.05
+KEEPALIVE_FLOOR_MS: Final = 60_000
+"""A running task is kept at least this far from expiry, in ms, whatever its `ttlMs`: renewals (at half
+of it) are then at most one per 30 s, never a write per reconcile for a tool with a tiny `ttlMs`."""
 
 JOB_LOST: Final = (
     "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
@@ -102,8 +108,15 @@ class RenewTtl:
     retention_ms: int
 
 
-Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl
-STATUS_CHANGES: Final = (Fail, Complete, Cancel, Rerun, RenewTtl)
+@dataclass(frozen=True, slots=True)
+class CountAttempt:
+    """Count the run of a Job that exists while the task says it never ran (an operator died between
+    creating the Job and counting it), so a later loss of that Job is known to have lost a run.
+    """
+
+
+Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl | CountAttempt
+STATUS_CHANGES: Final = (Fail, Complete, Cancel, Rerun, RenewTtl, CountAttempt)
 """The actions that write the task; a plan stops at one that finds the task gone or finished."""
 
 
@@ -148,6 +161,7 @@ def decide(
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
     if record.retention_ms is not None:  # a hidden task is kept shorter than its tool's ttlMs
         retention_ms = min(retention_ms, record.retention_ms)
+    retention_ms = max(retention_ms, KEEPALIVE_FLOOR_MS)
     renew_at = record.expires_at - timedelta(milliseconds=retention_ms / 2)
     if now >= renew_at:
         first = (RenewTtl(retention_ms),)
@@ -163,6 +177,8 @@ def decide(
         return _without_job(record, tool, first)
     if _deleting(job):
         return Plan(first, _after(deadlines, now))  # deleted by someone else: its DELETED event wakes us
+    if record.attempt == 0:
+        first = (*first, CountAttempt())
 
     if tool is not None:
         limits = tool.execution
@@ -170,9 +186,9 @@ def decide(
             message = transitions.input_wait_message(record.tool, limits.max_input_wait_seconds)
             return Plan((*first, Fail(message, "InputTimeout"), DeleteJob()))
         used = transitions.run_time_used_s(record, observe.created_at(job), now)
-        if used >= limits.max_run_time_seconds:
+        if used >= limits.max_run_time_seconds:  # counted from this Job's creation: confirm it is this Job
             message = f"Tool {record.tool!r} exceeded its maximum run time of {limits.max_run_time_seconds:g}s"
-            return Plan((*first, Fail(message, "DeadlineExceeded"), DeleteJob()))
+            return Plan((*first, Fail(message, "DeadlineExceeded"), DeleteJob()), confirm=True)
         if record.status is TaskStatus.INPUT_REQUIRED and record.input_required_since is not None:
             # `input_wait_exceeded` is strict (>): look again just after the limit
             deadlines.append(record.input_required_since + timedelta(seconds=limits.max_input_wait_seconds + 0.001))
@@ -190,7 +206,7 @@ def decide(
         gives_up_at = observe.created_at(pod) + timedelta(seconds=settings.start_deadline_s)
         if now >= gives_up_at:
             message = f"The tool's pod could not start within {settings.start_deadline_s:g}s ({problem})"
-            return Plan((*first, Fail(message, "StartTimeout"), DeleteJob()))
+            return Plan((*first, Fail(message, "StartTimeout"), DeleteJob()), confirm=True)
         deadlines.append(gives_up_at)
     return Plan(first, _after(deadlines, now))
 
@@ -212,7 +228,8 @@ def _cancelling(
     if job is not None and not _deleting(job):
         steps.append(DeleteJob())
     if any(observe.is_running(pod) for pod in pods):
-        return Plan(tuple(steps), CANCEL_RECHECK_S)  # the pod got SIGTERM; it may still finish first
+        # the pod got SIGTERM and may still finish first; look again, at the pods themselves
+        return Plan(tuple(steps), CANCEL_RECHECK_S, confirm=True)
     if abandoned:
         message = transitions.ABANDONED_MESSAGE
     else:

@@ -80,6 +80,7 @@ class ActivePeer:
         self._poll_s = poll_s
         self.active = asyncio.Event()
         """Set while this replica may reconcile."""
+        self._leading_since: float | None = None
 
     async def run(self) -> None:
         """Poll forever (cancel to stop); errors keep the last state and are retried."""
@@ -89,13 +90,19 @@ class ActivePeer:
                     "kopf.dev", "v1", self._namespace, "kopfpeerings", self._name
                 )
                 now_active = is_active(peering.get("status") or {}, self.priority, datetime.now(UTC))
-                if now_active and not self.active.is_set():
-                    await self._on_activate()
-                    logger.info("this operator replica is active (peering %s)", self._name)
-                    self.active.set()
-                elif not now_active and self.active.is_set():
-                    logger.info("this operator replica is paused in favour of another (peering %s)", self._name)
-                    self.active.clear()
+                moment = asyncio.get_running_loop().time()
+                if not now_active:
+                    self._leading_since = None
+                    if self.active.is_set():
+                        logger.info("this operator replica is paused in favour of another (peering %s)", self._name)
+                        self.active.clear()
+                elif not self.active.is_set():
+                    # Take over only once the replica that led has had a poll to see that it no longer does.
+                    self._leading_since = self._leading_since if self._leading_since is not None else moment
+                    if moment - self._leading_since >= POLL_S:
+                        await self._on_activate()
+                        logger.info("this operator replica is active (peering %s)", self._name)
+                        self.active.set()
             except asyncio.CancelledError:
                 raise
             except (ApiException, OSError, TimeoutError) as exc:

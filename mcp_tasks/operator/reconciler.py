@@ -35,7 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import decide as decisions
-from mcp_tasks.operator.children import Children
+from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
 from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, object_name
 from mcp_tasks.operator.settings import OperatorSettings
@@ -43,8 +43,8 @@ from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, transact
+from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, notify_written, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -54,6 +54,10 @@ Change = Callable[[TaskRecord, datetime], TaskRecord]
 TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
 EXPIRY_BATCH = 1000
 """Expired tasks deleted per batch (each batch concurrently; batches until none is left)."""
+LIST_PAGE_SIZE = 500
+"""Jobs or pods per page of the operator's own listings (client-go's default page size)."""
+REQUEST_TIMEOUT_S = 30.0
+"""Longest an API request of a reconcile may take, in seconds (a hung one would hold its task)."""
 
 
 class Reconciler:
@@ -108,6 +112,10 @@ class Reconciler:
                 task_id = await self.queue.get()
             except ShutDown:
                 return
+            if active is not None and not active.is_set():  # paused while waiting: the copies are stale now
+                self.queue.done(task_id)
+                self.queue.add(task_id)  # for whenever this replica leads again (it relists first)
+                continue
             started = time.perf_counter()
             outcome = "ok"
             try:
@@ -136,7 +144,10 @@ class Reconciler:
         return len(task_ids)
 
     async def relist(self) -> None:
-        """Replace the copies of Jobs and pods with an authoritative listing, then resync (on becoming active)."""
+        """Replace the copies of Jobs and pods with an authoritative listing, then queue every task (on
+        becoming active, and at each resync: a watch that had to list again does not report what was
+        deleted meanwhile).
+        """
         jobs, jobs_at = await self._list(self.batch.list_namespaced_job, TOOL_RUN_SELECTOR)
         pods, pods_at = await self._list(self.core.list_namespaced_pod, TOOL_RUN_SELECTOR)
         self.children.replace_all(jobs, jobs_at, pods, pods_at)
@@ -146,11 +157,16 @@ class Reconciler:
 
     async def reconcile(self, task_id: str) -> float | None:
         """Bring one task and its Job in line; return when to look again, in seconds (`None`: on change)."""
+        if self.store.deleted(task_id):  # seen deleted (expired, or by hand): no read needed
+            await self.artifacts.delete_task(task_id)
+            self.children.replace(task_id, None, [])
+            return None
         try:
             record = await self.store.get(task_id, summary=True)  # decisions read no arguments or result
         except TaskNotFound:
-            await self.artifacts.delete_task(task_id)  # the task is gone (expired, or deleted by hand)
-            self.children.replace(task_id, None, [])
+            if await self.store.raw(task_id) is None:  # gone for the API server too, not just unreadable
+                await self.artifacts.delete_task(task_id)
+                self.children.replace(task_id, None, [])
             return None
         tool = self.catalog.get_tool(record.tool)
         job, pods = self.children.job(task_id), self.children.pods(task_id)
@@ -165,45 +181,64 @@ class Reconciler:
             self.children.replace(task_id, job, pods)
             job, pods = self.children.job(task_id), self.children.pods(task_id)
             plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings)
+        current = record
         for action in plan.actions:
-            if not await self._apply(record, tool, action):
-                return None  # the task finished or went away meanwhile: its write event queues it again
+            applied = await self._apply(current, tool, action)
+            if applied is None:
+                return None  # the task changed or finished meanwhile: decide again from what it is now
+            current = applied
         return plan.requeue_after_s
 
-    async def _apply(self, record: TaskRecord, tool: ToolSpec | None, action: decisions.Action) -> bool:
-        """Apply one action; False when a status change found the task gone or finished."""
+    async def _apply(self, record: TaskRecord, tool: ToolSpec | None, action: decisions.Action) -> TaskRecord | None:
+        """Apply one action to `record`; the record as it is afterwards, or `None` when a status change was
+        not written (the task moved on since the decision, or finished): the plan then ends.
+        """
         task_id = record.task_id
         match action:
             case decisions.CreateJob():
                 assert tool is not None  # decide creates Jobs only for declared tools
                 await self._create_job(record, tool)
+                return record
             case decisions.DeleteJob():
                 if await self._delete_job(task_id):
                     logger.info("task %s: deleted its Job", task_id)
+                return record
             case decisions.Fail(message, reason):
-                return await self._change(task_id, transitions.failing(message, reason), f"failed: {reason}")
+                return await self._change(record, transitions.failing(message, reason), f"failed: {reason}")
             case decisions.Complete(result):
                 return await self._change(
-                    task_id, lambda r, now: transitions.complete(r, result, now), "ended without result"
+                    record, lambda r, now: transitions.complete(r, result, now), "ended without result"
                 )
             case decisions.Cancel(message):
-                return await self._change(task_id, lambda r, now: transitions.cancel(r, now, message), "cancelled")
+                return await self._change(record, lambda r, now: transitions.cancel(r, now, message), "cancelled")
             case decisions.Rerun():
-                return await self._change(task_id, transitions.reset_for_rerun, "Job lost; re-running (idempotent)")
+                return await self._change(record, transitions.reset_for_rerun, "Job lost; re-running (idempotent)")
             case decisions.RenewTtl(retention_ms):
-                return await self._change(
-                    task_id, lambda r, now: transitions.renew_ttl(r, now, retention_ms), "ttlMs raised while running"
-                )
-        return True
 
-    async def _change(self, task_id: str, change: Change, why: str) -> bool:
-        """Apply `change` with CAS; False when the task is gone or already terminal (nothing written)."""
+                def renew(r: TaskRecord, now: datetime) -> TaskRecord:
+                    return transitions.renew_ttl(r, now, retention_ms, decisions.KEEPALIVE_FLOOR_MS)
+
+                return await self._change(record, renew, "ttlMs raised while running")
+            case decisions.CountAttempt():
+                return await self._change(record, lambda r, now: transitions.start_attempt(r), "counted its run")
+        return record
+
+    async def _change(self, record: TaskRecord, change: Change, why: str) -> TaskRecord | None:
+        """Write `change` of `record` at the version the decision was made on (compare-and-swap, no
+        retry on a newer version: a decision holds only for the state it saw); the record written, or
+        `None` when the task moved on (it is queued again to be decided afresh), finished, or is gone.
+        """
         try:
-            await transact(self.store, task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR)
+            updated = change(record, self.clock())
+            written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
+        except VersionConflict:
+            self.queue.add(record.task_id)  # re-read (the store refreshed its copy) and decide again
+            return None
         except (IllegalTransition, TaskNotFound):
-            return False
-        logger.info("task %s: %s", task_id, why)
-        return True
+            return None
+        notify_written(record, written)
+        logger.info("task %s: %s", record.task_id, why)
+        return written
 
     async def _create_job(self, record: TaskRecord, tool: ToolSpec) -> None:
         """Create the task's Job (an existing one is kept) and count the attempt."""
@@ -223,7 +258,11 @@ class Reconciler:
         metrics.RUNS_STARTED.labels(tool.name).inc()
         note = f"Created Job {job['metadata']['name']} to run tool {tool.name} (attempt {record.attempt + 1})"
         self.emit(TaskEvent(record.task_id, "JobCreated", note, action="Create"))
-        await self._change(record.task_id, lambda r, now: transitions.start_attempt(r), "run started")
+        # A fact, not a decision: count the run on whatever version the task is at now.
+        try:
+            await transact(self.store, record.task_id, lambda r: (transitions.start_attempt(r), None), Writer.EXECUTOR)
+        except (IllegalTransition, TaskNotFound):
+            return
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
 
     async def _delete_job(self, task_id: str) -> bool:
@@ -235,6 +274,7 @@ class Reconciler:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            self.children.forget_job(task_id)  # a copy that outlived its Job
             return False
         metrics.JOBS_DELETED.inc()
         return True
@@ -249,9 +289,19 @@ class Reconciler:
             raise
 
     async def _list(self, call: Callable[..., Awaitable[Any]], selector: str) -> tuple[list[JsonObject], str]:
-        """One LIST: the items and the listing's resourceVersion."""
-        listing = await _json(call, self.namespace, label_selector=selector)
-        return listing.get("items") or [], str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        """One consistent LIST in pages of `LIST_PAGE_SIZE`, each trimmed to what decisions read: the
+        items and the listing's resourceVersion.
+        """
+        items: list[JsonObject] = []
+        token: str | None = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            page = await _json(call, self.namespace, label_selector=selector, limit=LIST_PAGE_SIZE, **extra)
+            items += [trim_child(item) for item in page.get("items") or []]
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return items, str(metadata.get("resourceVersion") or "")
 
     # ------------------------------------------------------------------ expiry
 
@@ -275,7 +325,7 @@ async def _json(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) 
     Raises:
         ApiException: any answer but 2xx (with `_preload_content=False` the client does not check).
     """
-    response: Any = await call(*args, _preload_content=False, **kwargs)
+    response: Any = await call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
     try:
         if not 200 <= response.status <= 299:
             error = ApiException(status=response.status, reason=response.reason)

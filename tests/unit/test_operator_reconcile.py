@@ -76,7 +76,7 @@ RUNNING = task(attempt=1)
 CASES: list[
     tuple[str, TaskRecord, dict[str, Any] | None, list[dict[str, Any]], Any, float, list[str], str | None, bool]
 ] = [
-    # name, record, job, pods, tool, now (s), actions, Fail reason, confirm
+    # name, record, job, pods, tool, now (s), actions, Fail reason, confirm (decide again on fresh reads)
     ("new task: create its Job", task(), None, [], TOOL, 1, ["CreateJob"], None, False),
     ("new task of a removed tool", task(), None, [], None, 1, ["Fail"], "ToolRemoved", False),
     ("new task of a tool without image", task(), None, [], NO_IMAGE, 1, ["Fail"], "InvalidTool", False),
@@ -84,7 +84,7 @@ CASES: list[
     ("Job gone, tool not idempotent", RUNNING, None, [], TOOL, 10, ["Fail"], "OutcomeUnknown", True),
     ("Job gone, idempotent tool", RUNNING, None, [], IDEMPOTENT, 10, ["Rerun", "CreateJob"], None, True),
     ("Job being deleted by someone", RUNNING, job(deleting=True), [pod()], TOOL, 10, [], None, False),
-    ("past maxRunTimeSeconds", RUNNING, job(), [pod()], TOOL, 601, ["Fail", "DeleteJob"], "DeadlineExceeded", False),
+    ("past maxRunTimeSeconds", RUNNING, job(), [pod()], TOOL, 601, ["Fail", "DeleteJob"], "DeadlineExceeded", True),
     (
         "input wait does not count against the run time",
         task(attempt=1, status=TaskStatus.INPUT_REQUIRED, input_required_since=at(1), input_wait_ms=0),
@@ -171,7 +171,7 @@ CASES: list[
         300,
         ["Fail", "DeleteJob"],
         "StartTimeout",
-        False,
+        True,
     ),
     (
         "cancel requested, pod running",
@@ -182,7 +182,7 @@ CASES: list[
         10,
         ["DeleteJob"],
         None,
-        False,
+        True,
     ),
     (
         "cancel requested, Job already deleted, pod still stopping",
@@ -193,7 +193,7 @@ CASES: list[
         10,
         [],
         None,
-        False,
+        True,
     ),
     (
         "cancel requested, no pod runs",
@@ -417,3 +417,21 @@ def test_a_hidden_task_is_kept_alive_by_its_own_retention_and_a_renewal_settles(
     assert plan.actions == (d.RenewTtl(60_000),)
     renewed = transitions.renew_ttl(hidden, at(31), 60_000)
     assert kinds(d.decide(renewed, job(), [pod()], TOOL, at(31), SETTINGS)) == []
+
+
+def test_a_job_the_task_never_counted_is_counted() -> None:
+    """An operator that died between creating the Job and counting the run: the next reconcile counts it,
+    so that losing this Job later is known to have lost a run (OutcomeUnknown, not a silent re-run)."""
+    plan = d.decide(task(attempt=0), job(), [pod()], TOOL, at(5), SETTINGS)
+    assert kinds(plan) == ["CountAttempt"] and not plan.confirm
+
+
+def test_a_tiny_ttl_is_renewed_at_most_every_half_minute() -> None:
+    """`ttlMs: 20` must not mean a write per reconcile: the keep-alive keeps at least a minute ahead."""
+    tiny = tool_spec({"image": "i", "command": ["c"]}, ttlMs=20)
+    record = task(attempt=1, ttl_ms=20, retention_ms=20)
+    plan = d.decide(record, job(), [pod()], tiny, at(1), SETTINGS)
+    assert plan.actions == (d.RenewTtl(d.KEEPALIVE_FLOOR_MS),)
+    renewed = transitions.renew_ttl(record, at(1), d.KEEPALIVE_FLOOR_MS, d.KEEPALIVE_FLOOR_MS)
+    after = d.decide(renewed, job(), [pod()], tiny, at(1), SETTINGS)
+    assert kinds(after) == [] and after.requeue_after_s is not None and after.requeue_after_s >= 29

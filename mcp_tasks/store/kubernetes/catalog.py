@@ -99,7 +99,9 @@ class KubernetesToolCatalog:
         self._listing.update({str(item["metadata"]["name"]): item for item in items})
 
     def _listed(self, names: set[str]) -> None:
-        self._objects, self._listing = self._listing, {}
+        # a listing cut short (410 between pages) may have left pages behind: keep only this one's objects
+        self._objects = {name: obj for name, obj in self._listing.items() if name in names}
+        self._listing = {}
         self._rebuild()
 
     def _on_event(self, kind: str, obj: JsonObject) -> None:

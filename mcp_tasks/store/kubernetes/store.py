@@ -70,6 +70,8 @@ for `managedFields`. A backstop behind the inline-result cap; larger results are
 
 
 DEFAULT_FULL_OBJECTS: Final = 2048
+TOMBSTONES: Final = 10_000
+"""How many recent deletions the store remembers (`deleted`), so events about a deleted task cost no GET."""
 _SUMMARY_DROPS: Final = {
     "spec": ("arguments", "preInputResponses", "inputResponses", "clientCapabilities"),
     "status": ("result", "progress", "inputRequests", "issuedInputKeys", "conditions"),
@@ -162,6 +164,7 @@ class KubernetesTaskStore:
         self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()  # finished, kept whole
+        self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()  # tombstones
         self._full_objects = full_objects
         self._feed = ChangeFeed()
         self._listeners: list[Callable[[str], None]] = []
@@ -215,6 +218,17 @@ class KubernetesTaskStore:
     def _forget(self, name: str) -> None:
         self._cache.pop(name, None)
         self._recent.pop(name, None)
+        self._deleted[name] = None
+        while len(self._deleted) > TOMBSTONES:
+            self._deleted.popitem(last=False)
+
+    def deleted(self, task_id: str) -> bool:
+        """Tell whether this store saw McpTask `task_id` deleted (its watch, or its own expiry), lately.
+
+        Task ids are never reused, so such a task is gone for good; the answer needs no request. `False`
+        says nothing (never seen, or seen too long ago: the last `TOMBSTONES` deletions are remembered).
+        """
+        return task_id in self._deleted
 
     def _remember(self, obj: JsonObject, *, notify: bool, created: bool = False) -> _Entry:
         """Cache `obj` (unless the cache holds a newer version) and return its entry, kept whole."""
