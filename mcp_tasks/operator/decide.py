@@ -10,9 +10,9 @@ What the plan holds, by the state of the task:
 
 - finished `failed`/`cancelled` with its Job still running: `DeleteJob` once `ORPHAN_GRACE_S` passed (a
   crash between the write and the delete must not leave work running); finished otherwise: nothing.
-- unfinished with `ttlMs` within half its retention of its end (the tool's `ttlMs`, a hidden task's
-  own, at least `KEEPALIVE_FLOOR_MS`): `RenewTtl` first (SEP-2663: ttlMs may change); otherwise look
-  again when it will be.
+- unfinished with `ttlMs` within half its retention of its end (the tool's `ttlMs`, or a hidden task's
+  own), and the last renewal `MIN_RENEWAL_INTERVAL_S` ago: `RenewTtl` first (SEP-2663: ttlMs may
+  change); otherwise look again when it will be.
 - a Job exists but the task never counted a run: `CountAttempt` first.
 - abandoned (a hidden task nobody watches) or `spec.cancelRequested`: `DeleteJob`, then `Cancel` once
   no pod runs (confirmed).
@@ -52,9 +52,10 @@ ORPHAN_GRACE_S: Final = 30.0
 CANCEL_RECHECK_S: Final = 5.0
 """While a cancelled task's pod still runs, look again this often, in seconds (pod events wake it sooner)."""
 MIN_REQUEUE_S: Final = 0.05
-KEEPALIVE_FLOOR_MS: Final = 60_000
-"""A running task is kept at least this far from expiry, in ms, whatever its `ttlMs`: renewals (at half
-of it) are then at most one per 30 s, never a write per reconcile for a tool with a tiny `ttlMs`."""
+MIN_RENEWAL_INTERVAL_S: Final = 30.0
+"""Least time between two TTL keep-alive writes of one task, in seconds: a tool with a tiny `ttlMs`
+costs one write per 30 s while it runs, never one per reconcile (a running task never expires; the
+keep-alive only decides how long it stays readable once finished)."""
 
 JOB_LOST: Final = (
     "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
@@ -161,8 +162,10 @@ def decide(
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
     if record.retention_ms is not None:  # a hidden task is kept shorter than its tool's ttlMs
         retention_ms = min(retention_ms, record.retention_ms)
-    retention_ms = max(retention_ms, KEEPALIVE_FLOOR_MS)
     renew_at = record.expires_at - timedelta(milliseconds=retention_ms / 2)
+    renewed_at = record.expires_at - timedelta(milliseconds=retention_ms)  # when the last renewal was made
+    if renewed_at > record.created_at:  # renewed before: not again within the interval
+        renew_at = max(renew_at, renewed_at + timedelta(seconds=MIN_RENEWAL_INTERVAL_S))
     if now >= renew_at:
         first = (RenewTtl(retention_ms),)
     else:

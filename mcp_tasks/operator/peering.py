@@ -89,12 +89,15 @@ class ActivePeer:
                 peering: Any = await self._api.get_namespaced_custom_object(
                     "kopf.dev", "v1", self._namespace, "kopfpeerings", self._name
                 )
-                now_active = is_active(peering.get("status") or {}, self.priority, datetime.now(UTC))
+                status = peering.get("status") or {}
+                now_active = is_active(status, self.priority, datetime.now(UTC))
                 moment = asyncio.get_running_loop().time()
                 if not now_active:
                     self._leading_since = None
                     if self.active.is_set():
-                        logger.info("this operator replica is paused in favour of another (peering %s)", self._name)
+                        peers = {key: info.get("priority") for key, info in status.items() if isinstance(info, dict)}
+                        why = "in favour of another" if self.priority in peers.values() else "(no longer registered)"
+                        logger.info("this operator replica is paused %s (peering %s: %s)", why, self._name, peers)
                         self.active.clear()
                 elif not self.active.is_set():
                     # Take over only once the replica that led has had a poll to see that it no longer does.

@@ -216,7 +216,7 @@ class Reconciler:
             case decisions.RenewTtl(retention_ms):
 
                 def renew(r: TaskRecord, now: datetime) -> TaskRecord:
-                    return transitions.renew_ttl(r, now, retention_ms, decisions.KEEPALIVE_FLOOR_MS)
+                    return transitions.renew_ttl(r, now, retention_ms)
 
                 return await self._change(record, renew, "ttlMs raised while running")
             case decisions.CountAttempt():

@@ -143,16 +143,14 @@ def missing_input_capability(record: TaskRecord, request: JsonObject) -> str | N
     return None
 
 
-def keep_alive_ttl(record: TaskRecord, now: datetime, retention_ms: int, at_least_ms: int = 0) -> int:
+def keep_alive_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> int:
     """`ttl_ms` that keeps a running task at least `retention_ms` from expiry (SEP-2663: ttlMs MAY change).
 
     `retention_ms` (the tool's `ttlMs` now) is capped by the task's own `retention_ms`, so a hidden task
-    (a synchronous or legacy-era call, kept `INLINE_TTL_MS`) is not kept for its tool's full TTL; then
-    raised to `at_least_ms` (an executor that renews on a schedule needs room between renewals).
+    (a synchronous or legacy-era call, kept `INLINE_TTL_MS`) is not kept for its tool's full TTL.
     """
     if record.retention_ms is not None:
         retention_ms = min(retention_ms, record.retention_ms)
-    retention_ms = max(retention_ms, at_least_ms)
     needed = to_epoch_ms(now) - to_epoch_ms(record.created_at) + retention_ms
     return max(record.ttl_ms, needed)
 
@@ -224,7 +222,7 @@ def start_attempt(record: TaskRecord) -> TaskRecord:
     return dataclasses.replace(record, attempt=record.attempt + 1)
 
 
-def renew_ttl(record: TaskRecord, now: datetime, retention_ms: int, at_least_ms: int = 0) -> TaskRecord:
+def renew_ttl(record: TaskRecord, now: datetime, retention_ms: int) -> TaskRecord:
     """Keep a running task's `ttlMs` at least `retention_ms` ahead of now (executors without leases).
 
     Raises:
@@ -232,7 +230,7 @@ def renew_ttl(record: TaskRecord, now: datetime, retention_ms: int, at_least_ms:
     """
     if record.status.is_terminal:
         raise IllegalTransition(f"task {record.task_id} is {record.status}; its ttlMs is final")
-    return dataclasses.replace(record, ttl_ms=keep_alive_ttl(record, now, retention_ms, at_least_ms))
+    return dataclasses.replace(record, ttl_ms=keep_alive_ttl(record, now, retention_ms))
 
 
 def request_cancel(record: TaskRecord, requested_by: str, now: datetime) -> TaskRecord:

@@ -427,11 +427,18 @@ def test_a_job_the_task_never_counted_is_counted() -> None:
 
 
 def test_a_tiny_ttl_is_renewed_at_most_every_half_minute() -> None:
-    """`ttlMs: 20` must not mean a write per reconcile: the keep-alive keeps at least a minute ahead."""
+    """`ttlMs: 20` must not mean a write per reconcile: at most one renewal per `MIN_RENEWAL_INTERVAL_S`."""
     tiny = tool_spec({"image": "i", "command": ["c"]}, ttlMs=20)
     record = task(attempt=1, ttl_ms=20, retention_ms=20)
-    plan = d.decide(record, job(), [pod()], tiny, at(1), SETTINGS)
-    assert plan.actions == (d.RenewTtl(d.KEEPALIVE_FLOOR_MS),)
-    renewed = transitions.renew_ttl(record, at(1), d.KEEPALIVE_FLOOR_MS, d.KEEPALIVE_FLOOR_MS)
-    after = d.decide(renewed, job(), [pod()], tiny, at(1), SETTINGS)
-    assert kinds(after) == [] and after.requeue_after_s is not None and after.requeue_after_s >= 29
+    assert d.decide(record, job(), [pod()], tiny, at(1), SETTINGS).actions == (d.RenewTtl(20),), "the first at once"
+    renewed = transitions.renew_ttl(record, at(1), 20)
+    later = d.decide(renewed, job(), [pod()], tiny, at(2), SETTINGS)
+    assert kinds(later) == [] and later.requeue_after_s == pytest.approx(29, abs=0.01), "the next 30 s later"
+    now, writes = at(0), 0
+    for _ in range(1000):  # a reconcile every 50 ms for 50 s, each renewal applied as the reconciler does
+        now += timedelta(milliseconds=50)
+        plan = d.decide(record, job(), [pod()], tiny, now, SETTINGS)
+        if plan.actions:
+            assert plan.actions == (d.RenewTtl(20),)
+            record, writes = transitions.renew_ttl(record, now, 20), writes + 1
+    assert writes == 2
