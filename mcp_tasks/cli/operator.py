@@ -185,17 +185,12 @@ async def _sweep_forever(reconciler: Reconciler, active: asyncio.Event, interval
 
 
 async def _resync_forever(reconciler: Reconciler, active: asyncio.Event, interval_s: float) -> None:
-    """Every `interval_s` (while active) list Jobs and pods afresh and queue every unfinished task: a
-    safety net (kopf's watches may have listed again without reporting what went meanwhile), never the
-    deadlines.
+    """Queue every unfinished task (and every task with a Job or pod copy) every `interval_s`, while
+    active: a safety net, never the deadlines. It lists nothing: a decision that a stale copy of a Job
+    or pod could make wrong is confirmed on authoritative reads anyway (`decide.Plan.confirm`), and a
+    full listing of 10,000 Jobs per resync would cost more CPU than everything else an idle operator does.
     """
     while True:
         await asyncio.sleep(interval_s)
         if active.is_set():
-            try:
-                await reconciler.relist()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.warning("resync failed (%s: %s); queueing from the copies", type(exc).__name__, exc)
-                reconciler.resync()
+            reconciler.resync()
