@@ -10,8 +10,7 @@ controller manager: Jobs are created but no pod ever runs, so unfinished tasks s
 2. **Idle operator CPU** with those tasks unfinished: the operator's user + system CPU time
    (`/proc/<pid>/stat`) over `--idle-seconds` (60) once every task has its Job, as a share of one core.
    The operator runs with a resync every 60 s (`MCPTASKS_OPERATOR_RESYNC_INTERVAL_S`, five times the
-   default rate), so each window includes one full resync: a paged LIST of every Job and pod, and a
-   reconcile of every unfinished task.
+   default rate), so each window includes one full resync: a reconcile of every unfinished task.
 3. **Memory per retained finished task**, operator and gateway: in a second namespace, finished McpTasks
    (created, then completed through the status subresource as the operator's worker API does, with
    a 1 kB result) are added up to each of `--finished` (1,000 / 10,000 / 50,000). At each size a fresh

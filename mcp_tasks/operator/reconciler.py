@@ -145,8 +145,7 @@ class Reconciler:
 
     async def relist(self) -> None:
         """Replace the copies of Jobs and pods with an authoritative listing, then queue every task (on
-        becoming active, and at each resync: a watch that had to list again does not report what was
-        deleted meanwhile).
+        becoming active: the copies of a replica that was paused are stale).
         """
         jobs, jobs_at = await self._list(self.batch.list_namespaced_job, TOOL_RUN_SELECTOR)
         pods, pods_at = await self._list(self.core.list_namespaced_pod, TOOL_RUN_SELECTOR)
