@@ -251,7 +251,11 @@ class Reconciler:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                return  # adopted: the watch (or the next confirmation) brings it into the copies
+                existing = await self._read_job(record.task_id)  # adopted: into the copies now, not at
+                if existing is not None:  # the next event, so its run is counted at once
+                    self.children.job_event("ADDED", existing)
+                    self.queue.add(record.task_id)
+                return
         self.children.job_event("ADDED", created)  # seen at once: no "Job lost" while the watch lags
         metrics.JOBS_CREATED.inc()
         metrics.RUNS_STARTED.labels(tool.name).inc()
