@@ -105,13 +105,18 @@ def start_server(name: str, argv: list[str], env: dict[str, str], cpus: set[int]
 
 def stop_server(server: Server) -> None:
     """SIGTERM, then SIGKILL after 20 s."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
+    stop_process(server.process)
+
+
+def stop_process(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM a still-running `process`, then SIGKILL it after `grace_s` seconds."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
         try:
-            server.process.wait(timeout=20)
+            process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+            process.kill()
+            process.wait()
 
 
 def real_server_argv(data_dir: Path, profile: Path | None = None) -> list[str]:

@@ -138,15 +138,6 @@ def start_operator(kubeconfig: Path, namespace: str, tmp: Path, name: str) -> su
     return process
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def settled_rss(pid: int, seconds: float = 3.0) -> int:
     """RSS once it stopped growing for `seconds` (the initial LIST decoded, caches filled)."""
     last, stable_since = rss_bytes(pid), time.monotonic()
@@ -209,7 +200,7 @@ def unfinished_phase(plane: Any, api: ApiServer, sizes: list[int], idle_s: float
                 f"  {size:,} unfinished: {size - before:,} Jobs in {created_s:.1f} s; idle CPU {idle:.2%}", flush=True
             )
         finally:
-            stop(operator)
+            run.stop_process(operator)
     return rows
 
 
@@ -241,7 +232,7 @@ def finished_phase(plane: Any, sizes: list[int], tmp: Path) -> list[dict[str, An
                 flush=True,
             )
         finally:
-            stop(operator)
+            run.stop_process(operator)
             run.stop_server(gateway)
     return rows
 
