@@ -14,6 +14,7 @@ from typing import Any
 
 from mcp_tasks.operator.jobs import TASK_ID_LABEL
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes.watch import newer_version
 
 _METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 _JOB_STATUS = ("conditions", "active", "failed", "succeeded")
@@ -43,8 +44,9 @@ def trim_child(obj: JsonObject) -> JsonObject:
 def _newer(candidate: JsonObject, current: JsonObject | None) -> bool:
     if current is None:
         return True
-    new_rv, old_rv = str(candidate["metadata"].get("resourceVersion")), str(current["metadata"].get("resourceVersion"))
-    return not (new_rv.isdigit() and old_rv.isdigit()) or int(new_rv) >= int(old_rv)
+    return newer_version(
+        str(candidate["metadata"].get("resourceVersion")), str(current["metadata"].get("resourceVersion"))
+    )
 
 
 class Children:

@@ -42,6 +42,7 @@ from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.store.kubernetes.watch import list_pages
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, notify_written, transact
@@ -296,15 +297,14 @@ class Reconciler:
         items and the listing's resourceVersion.
         """
         items: list[JsonObject] = []
-        token: str | None = None
-        while True:
-            extra = {"_continue": token} if token else {}
-            page = await _json(call, self.namespace, label_selector=selector, limit=LIST_PAGE_SIZE, **extra)
+        listed_at = ""
+        pages = list_pages(
+            call, self.namespace, label_selector=selector, page_size=LIST_PAGE_SIZE, _request_timeout=REQUEST_TIMEOUT_S
+        )
+        async for page in pages:
             items += [trim_child(item) for item in page.get("items") or []]
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                return items, str(metadata.get("resourceVersion") or "")
+            listed_at = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        return items, listed_at
 
     # ------------------------------------------------------------------ expiry
 

@@ -43,7 +43,7 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
-from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector
+from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
 from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
@@ -116,17 +116,6 @@ def _expires_at(obj: JsonObject) -> float:
         return created + int(status.get("ttlMs") or spec["ttlMs"]) / 1000
     except (KeyError, TypeError, ValueError):
         return float("inf")  # malformed: never expired by us (reads treat it as missing)
-
-
-def _newer_version(candidate: str, current: str) -> bool:
-    """Tell whether resourceVersion `candidate` is at least as new as `current`.
-
-    resourceVersions are opaque, but every etcd-backed API server issues increasing integers; when
-    both parse, compare them so a late watch event never rolls back a newer write response.
-    """
-    if candidate.isdigit() and current.isdigit():
-        return int(candidate) >= int(current)
-    return True
 
 
 class KubernetesTaskStore:
@@ -235,7 +224,7 @@ class KubernetesTaskStore:
         name = str(obj["metadata"]["name"])
         version = str(obj["metadata"]["resourceVersion"])
         current = self._cache.get(name)
-        if current is not None and (current.version == version or not _newer_version(version, current.version)):
+        if current is not None and (current.version == version or not newer_version(version, current.version)):
             if current.obj is None and current.version == version:
                 current.obj = obj  # a full read of a summarized task: keep it whole while recent
                 obj["metadata"].pop("managedFields", None)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
@@ -38,6 +38,45 @@ OnEvent = Callable[[str, JsonObject], Awaitable[None] | None]
 
 class WatchExpired(Exception):
     """The server answered `410 Gone`: the resumed `resourceVersion` is no longer in its history."""
+
+
+def newer_version(candidate: str, current: str) -> bool:
+    """Tell whether resourceVersion `candidate` is at least as new as `current`.
+
+    resourceVersions are opaque, but every etcd-backed API server issues increasing integers; when
+    both parse, compare them so a late watch event never rolls back a newer copy.
+    """
+    if candidate.isdigit() and current.isdigit():
+        return int(candidate) >= int(current)
+    return True
+
+
+async def list_pages(
+    call: Callable[..., Awaitable[Any]], *args: Any, page_size: int = PAGE_SIZE, **kwargs: Any
+) -> AsyncIterator[JsonObject]:
+    """Yield each page (the raw JSON body) of one consistent LIST made with `call(*args, **kwargs)`, a
+    kubernetes_asyncio list method; `continue` tokens keep the first page's snapshot.
+
+    Raises:
+        WatchExpired: the snapshot expired between pages (410); list again from the start.
+        ApiException: any other error answer.
+    """
+    token: str | None = None
+    while True:
+        extra = {"_continue": token} if token else {}
+        response = await call(*args, limit=page_size, _preload_content=False, **extra, **kwargs)
+        try:
+            if response.status == 410:
+                raise WatchExpired
+            if response.status != 200:
+                raise ApiException(status=response.status, reason=(await response.text())[:200])
+            page: JsonObject = await response.json()
+        finally:
+            response.release()
+        yield page
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
 
 
 class Reflector:
@@ -143,30 +182,15 @@ class Reflector:
         """
         group, version, namespace, plural = self._coordinates
         names: set[str] = set()
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False}
-            if self._label_selector:
-                kwargs["label_selector"] = self._label_selector
-            if token:
-                kwargs["_continue"] = token
-            response = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
-            try:
-                if response.status == 410:
-                    raise WatchExpired
-                if response.status != 200:
-                    raise ApiException(status=response.status, reason=(await response.text())[:200])
-                page = await response.json()
-            finally:
-                response.release()
+        listed_at: str | None = None
+        kwargs: dict[str, Any] = {"label_selector": self._label_selector} if self._label_selector else {}
+        call = self._api.list_namespaced_custom_object
+        async for page in list_pages(call, group, version, namespace, plural, page_size=self._page_size, **kwargs):
             items = page.get("items") or []
             names.update(str(item["metadata"]["name"]) for item in items)
             await _call(self._on_page, items)
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                self._resource_version = metadata["resourceVersion"]
-                break
+            listed_at = (page.get("metadata") or {}).get("resourceVersion")  # the last page's is the listing's
+        self._resource_version = listed_at
         await _call(self._on_listed, names)
         self.synced.set()
 
