@@ -117,8 +117,6 @@ class CountAttempt:
 
 
 Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl | CountAttempt
-STATUS_CHANGES: Final = (Fail, Complete, Cancel, Rerun, RenewTtl, CountAttempt)
-"""The actions that write the task; a plan stops at one that finds the task gone or finished."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,10 @@ from typing import Any
 
 import kopf
 
+from mcp_tasks.operator.jobs import TOOL_RUN_LABELS
 from mcp_tasks.operator.reconciler import Reconciler
 
 logger = logging.getLogger("mcp_tasks.operator")
-
-TOOL_RUN_LABELS = {"app.kubernetes.io/managed-by": "mcp-tasks", "app.kubernetes.io/component": "tool-run"}
 
 
 def build_registry(

@@ -20,11 +20,15 @@ from mcp_tasks.observability.tracing import ENV_TRACEPARENT
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
+from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL
 from mcp_tasks.tasks.tools import ToolSpec
 
 PREFIX: Final = "mcptask-"
 TASK_ID_LABEL: Final = "mcptasks.io/task-id"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+TOOL_RUN_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "tool-run"}
+"""The labels every Job and pod of a tool run carries (what the operator watches and lists)."""
+TOOL_RUN_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in TOOL_RUN_LABELS.items())
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 WORKER_TOKEN_AUDIENCE: Final = "mcp-tasks-worker"
 """Audience of the projected ServiceAccount token a tool pod presents to the worker API."""
@@ -57,8 +61,7 @@ def labels(task: JsonObject, tool: str, instance: str | None = None) -> dict[str
     """
     task_labels = task["metadata"].get("labels") or {}
     child = {
-        "app.kubernetes.io/managed-by": "mcp-tasks",
-        COMPONENT_LABEL: "tool-run",
+        **TOOL_RUN_LABELS,
         TASK_ID_LABEL: task["metadata"]["name"],
         "mcptasks.io/tool": task_labels.get("mcptasks.io/tool", tool[:63]),
     }

@@ -37,7 +37,7 @@ from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import decide as decisions
 from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
-from mcp_tasks.operator.jobs import TASK_ID_LABEL, build_job, object_name
+from mcp_tasks.operator.jobs import TASK_ID_LABEL, TOOL_RUN_SELECTOR, build_job, object_name
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject
@@ -52,7 +52,6 @@ from mcp_tasks.tasks.tools import ToolSpec
 logger = logging.getLogger("mcp_tasks.operator")
 
 Change = Callable[[TaskRecord, datetime], TaskRecord]
-TOOL_RUN_SELECTOR = "app.kubernetes.io/managed-by=mcp-tasks,app.kubernetes.io/component=tool-run"
 EXPIRY_BATCH = 1000
 """Expired tasks deleted per batch (each batch concurrently; batches until none is left)."""
 LIST_PAGE_SIZE = 500
