@@ -26,12 +26,14 @@ from mcp_tasks import __version__, observability
 from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
 from mcp_tasks.gateway import Services, create_app
+from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.client import close_api_client, open_api_client
 from mcp_tasks.tasks.inline import TaskBackedExecutor
 from mcp_tasks.tasks.interfaces import ToolExecutor, utc_now
+from mcp_tasks.worker.channel import WorkerChannel
 
 logger = logging.getLogger("mcp_tasks.cli")
 
@@ -139,9 +141,14 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
     artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
     runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None
-    executor: ToolExecutor = (
-        runner if runner is not None else TaskBackedExecutor(store, utc_now, settings.gateway.caller_watch_s)
-    )
+    warm: WarmCallExecutor | None = None
+    executor: ToolExecutor
+    if runner is not None:
+        executor = runner
+    else:  # warm tools' synchronous calls go to their warm workers; the rest run as hidden tasks on Jobs
+        channel = WorkerChannel(store, artifacts, utc_now, settings.runner.inline_result_max_bytes)
+        hidden_tasks = TaskBackedExecutor(store, utc_now, settings.gateway.caller_watch_s)
+        executor = warm = WarmCallExecutor(hidden_tasks, catalog.warm_endpoints, channel)
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
     )
@@ -168,12 +175,16 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                     "second time; use --runner none (the default) or another namespace"
                 )
             await runner.start()
+        if warm is not None:
+            await warm.start()
         logger.info("watching McpTasks and McpTools in namespace %s", cluster.namespace)
         try:
             yield
         finally:
             if runner is not None:
                 await runner.aclose()
+            if warm is not None:
+                await warm.aclose()
             await catalog.aclose()
             await store.aclose()
             await close_api_client(cluster.api_client)

@@ -30,6 +30,7 @@ from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.peering import ActivePeer
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.tool_status import write_tool_statuses
+from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.client import close_api_client
@@ -134,15 +135,17 @@ async def operator(settings: Settings) -> None:
             print(f"mcp-tasks operator: active in namespace {namespace} (reconciling)", flush=True)
 
         peer = ActivePeer(api, namespace, config.peering, priority, activate)
+        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s)
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
+            asyncio.create_task(warm_tools.run(), name="warm-tools"),
             asyncio.create_task(peer.run(), name="peering"),
             asyncio.create_task(reconciler.run_workers(peer.active), name="reconcile"),
             asyncio.create_task(_resync_forever(reconciler, peer.active, config.resync_interval_s), name="resync"),
             asyncio.create_task(_sweep_forever(reconciler, peer.active, config.sweep_interval_s), name="sweep"),
         ]
         connection = None if cluster.in_cluster else connection_info(api.configuration, namespace)
-        registry = build_registry(reconciler, connection, config.peering, priority)
+        registry = build_registry(reconciler, warm_tools, connection, config.peering, priority)
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # "Handler ... succeeded" per event
         await kopf.operator(

@@ -53,7 +53,17 @@ OLDEST_UNFINISHED: Final = Gauge(
 SWEEP_TIMESTAMP: Final = Gauge(
     "mcptasks_sweep_timestamp_seconds", "When the executor (runner or operator) last completed a sweep, Unix time"
 )
-RUNS_STARTED: Final = Counter("mcptasks_runs_started_total", "Runs started (local processes or Jobs)", ["tool"])
+RUNS_STARTED: Final = Counter(
+    "mcptasks_runs_started_total", "Runs started (local processes, Jobs or calls on warm workers)", ["tool"]
+)
+WARM_WORKER_STARTS: Final = Counter(
+    "mcptasks_warm_worker_starts_total", "Warm worker processes started by the embedded runner", ["tool"]
+)
+WARM_CALLS: Final = Counter(
+    "mcptasks_warm_calls_total",
+    "Calls sent to warm workers, by outcome (result, error, cancelled, crashed, lost, unavailable)",
+    ["tool", "outcome"],
+)
 JOBS_CREATED: Final = Counter("mcptasks_jobs_created_total", "Kubernetes Jobs created by the operator")
 JOBS_DELETED: Final = Counter("mcptasks_jobs_deleted_total", "Kubernetes Jobs deleted by the operator")
 WORKER_API: Final = Counter(

@@ -1,4 +1,5 @@
-"""The kopf side of the operator: kopf watches Jobs and pods of tool runs, and carries kopf's settings.
+"""The kopf side of the operator: kopf watches Jobs and pods of tool runs, and the pods of warm workers
+(`warm_tools.WarmTools`), and carries kopf's settings.
 
 Each handler only records the object in the reconciler's copies (`Children`) and queues its task's id
 (`WorkQueue.add`); the decision is the reconcile's, from current state. McpTasks are not watched here:
@@ -22,14 +23,21 @@ import kopf
 
 from mcp_tasks.operator.jobs import TOOL_RUN_LABELS
 from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.operator.warm import WARM_LABELS
+from mcp_tasks.operator.warm_tools import WarmTools
 
 logger = logging.getLogger("mcp_tasks.operator")
 
 
 def build_registry(
-    reconciler: Reconciler, connection: kopf.ConnectionInfo | None, peering: str, priority: int
+    reconciler: Reconciler,
+    warm_tools: WarmTools,
+    connection: kopf.ConnectionInfo | None,
+    peering: str,
+    priority: int,
 ) -> kopf.OperatorRegistry:
-    """A kopf registry wired to `reconciler`, peering under `peering` with `priority`.
+    """A kopf registry wired to `reconciler` (tool runs) and `warm_tools` (warm workers' pods), peering
+    under `peering` with `priority`.
 
     kopf logs in with `connection`, or, when it is `None` (in a pod), with the pod's service-account
     token, re-read as the kubelet rotates it.
@@ -67,5 +75,9 @@ def build_registry(
         task_id = reconciler.children.pod_event(type or "ADDED", dict(body))
         if task_id is not None:
             reconciler.queue.add(task_id)
+
+    @kopf.on.event("", "v1", "pods", labels=WARM_LABELS, registry=registry)
+    async def warm_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        warm_tools.pod_event(type or "ADDED", dict(body))
 
     return registry

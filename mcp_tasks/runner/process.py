@@ -134,6 +134,9 @@ class ToolProcess:
         finally:
             os.close(log_fd)
 
+    worker_lost: bool = False
+    """A process of its own is never lost while its runner lives (cf. `WarmRun.worker_lost`)."""
+
     @property
     def pid(self) -> int | None:
         """The process id, once started (or adopted)."""

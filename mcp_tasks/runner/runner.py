@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+import aiohttp
 from aiohttp import web
 
 from mcp_tasks.observability import metrics, tracing
@@ -34,6 +35,7 @@ from mcp_tasks.observability.logs import bind_task, task_context
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
+from mcp_tasks.runner.warm_pool import WarmPool, WarmRun, WarmUnavailable
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -85,8 +87,14 @@ async def first_of(*waits: Awaitable[object]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+ToolRun = ToolProcess | WarmRun
+"""A run the runner supervises: its own process, or a call on a warm worker (`spec.warm`)."""
+
+
 def _cannot_start(tool: ToolSpec, exc: OSError) -> str:
     """Why a tool's command could not be started, naming the program and what to check."""
+    if isinstance(exc, WarmUnavailable):
+        return str(exc)
     program = command_for(tool)[0]
     hint = " (is it installed, and on PATH or given as a path relative to the manifest's folder?)"
     missing = isinstance(exc, FileNotFoundError)
@@ -164,6 +172,8 @@ class LocalRunner:
         self._base_url = ""
         self._port = 0
         self._capacity_freed = asyncio.Event()
+        self._pools: dict[str, WarmPool] = {}  # tool name → its warm workers (`spec.warm`)
+        self._session: aiohttp.ClientSession | None = None  # calls to warm workers
         # Where runs survive this process: the worker port (tools keep calling it) and each run's stderr
         # file; with the persisted worker key (tokens a restarted runner can verify) runs are adoptable.
         # Without a state folder a temporary folder holds the stderr files and the key lives in memory.
@@ -210,6 +220,13 @@ class LocalRunner:
         if port_file is not None and not taken:
             port_file.write_text(str(port))
         self._base_url = f"http://127.0.0.1:{port}/v1/executions"
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+        )
+        for tool in self.catalog.list_tools():
+            if tool.warm is not None:
+                self._pool(tool)  # minWorkers of each warm tool start now
         self._loops = [
             asyncio.create_task(self._claim_loop(), name="runner-claim"),
             asyncio.create_task(self._sweep_loop(), name="runner-sweep"),
@@ -233,10 +250,31 @@ class LocalRunner:
             _done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
             for task in pending:
                 logger.error("task supervisor %s did not stop in time", task.get_name())
+        await asyncio.gather(*(pool.aclose(self.settings.shutdown_grace_s) for pool in self._pools.values()))
+        self._pools.clear()
+        if self._session is not None:
+            await self._session.close()
         if self._web_runner is not None:
             await self._web_runner.cleanup()
         if self._state_dir is None:
             await asyncio.to_thread(shutil.rmtree, self._runs_dir, True)  # the temporary stderr folder
+
+    # ---------------------------------------------------------------- runs: a process, or a warm call
+
+    def _pool(self, tool: ToolSpec) -> WarmPool:
+        """The warm pool of `tool` (`spec.warm`), started on first use."""
+        pool = self._pools.get(tool.name)
+        if pool is None:
+            assert self._session is not None, "start() first"
+            pool = self._pools[tool.name] = WarmPool(tool, self._session, self._runs_dir)
+            asyncio.get_running_loop().create_task(pool.start())
+        return pool
+
+    def _new_run(self, tool: ToolSpec, execution: Execution, acquire_timeout_s: float | None) -> ToolRun:
+        """How `execution` runs: a call on one of the tool's warm workers, or a process of its own."""
+        if tool.warm is not None:
+            return WarmRun(self._pool(tool), execution, self.channel, self._base_url, acquire_timeout_s)
+        return ToolProcess(tool, self._contract_env(execution), self._runs_dir / f"{execution.execution_id}.stderr")
 
     # ---------------------------------------------------------------- worker API lookup and adoption
 
@@ -448,11 +486,12 @@ class LocalRunner:
     async def _run_process(
         self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
     ) -> None:
-        log_path = self._runs_dir / f"{execution.execution_id}.stderr"
+        process: ToolRun
         if adopted is not None:
+            log_path = self._runs_dir / f"{execution.execution_id}.stderr"
             process = ToolProcess.adopt(tool, adopted.pid, adopted.identity, log_path)
         else:
-            process = ToolProcess(tool, self._contract_env(execution), log_path)
+            process = self._new_run(tool, execution, None)
         self.executions.add(execution)
         try:
             if adopted is None:
@@ -463,9 +502,8 @@ class LocalRunner:
                     message = _cannot_start(tool, exc)
                     await self._finish_if_running(record.task_id, transitions.failing(message, "CannotStart"))
                     return
-                logger.info(
-                    "task %s: started %s (pid %s, attempt %s)", record.task_id, tool.name, process.pid, record.attempt
-                )
+                where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
+                logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
                 await self._record_process(record.task_id, process, execution)
             await self._follow(record.task_id, tool, process, execution)
         finally:
@@ -476,7 +514,7 @@ class LocalRunner:
         self,
         task_id: str,
         tool: ToolSpec,
-        process: ToolProcess,
+        process: ToolRun,
         execution: Execution,
         exited: asyncio.Task[int | None] | None = None,
     ) -> None:
@@ -498,7 +536,7 @@ class LocalRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await exited
 
-    async def _record_process(self, task_id: str, process: ToolProcess, execution: Execution) -> None:
+    async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
         pid = process.pid
         known = None if pid is None else identity.of(pid)
@@ -515,7 +553,7 @@ class LocalRunner:
         except StoreUnavailable as exc:
             logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
 
-    async def _watch(self, task_id: str, tool: ToolSpec, process: ToolProcess, exited: asyncio.Task[int | None]) -> str:
+    async def _watch(self, task_id: str, tool: ToolSpec, process: ToolRun, exited: asyncio.Task[int | None]) -> str:
         """Renew the lease until the process exits, cancel is requested, or a limit passes.
 
         Limits: `maxRunTimeSeconds` of working time (time in `input_required` does not count) →
@@ -586,7 +624,7 @@ class LocalRunner:
             await first_of(self.store.wait_for_change(max(until_s, 0.01), task_id), asyncio.shield(exited))
 
     async def _conclude(
-        self, task_id: str, tool: ToolSpec, process: ToolProcess, execution: Execution, reason: str
+        self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution, reason: str
     ) -> None:
         grace = tool.execution.cancel_grace_seconds
         if reason == "cancel":
@@ -623,9 +661,22 @@ class LocalRunner:
         code = await process.wait()
         if execution.outcome.done() and isinstance(execution.outcome.result(), Finished):
             return  # it posted its result (a promoted run's outcome says only that it asked for input)
+        if process.worker_lost:  # the warm worker died mid-call: the restart rules, as for a lost lease
+            await self._finish_if_running(task_id, lambda r, now: self._after_lost_worker(r, tool, process, now))
+            return
         result = results.exited_without_result(tool.name, code, process.stderr_tail())
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
+
+    @staticmethod
+    def _after_lost_worker(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
+        """A task whose warm worker died mid-call: re-run when its tool is idempotent, else outcome unknown."""
+        if tool.execution.idempotent:
+            logger.warning("task %s lost its warm worker (%s); re-running", record.task_id, process.stderr_tail())
+            return transitions.reset_for_rerun(record, now)
+        why = process.stderr_tail()
+        logger.error("task %s lost its warm worker (%s); failed (outcome unknown)", record.task_id, why)
+        return transitions.failing(_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, now)
 
     async def _finish_if_running(self, task_id: str, change: Transition) -> None:
         def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
@@ -644,7 +695,7 @@ class LocalRunner:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, _STORE_RETRY_MAX_S)
 
-    async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolProcess) -> None:
+    async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolRun) -> None:
         """The server is stopping: stop the tool; a non-idempotent task's outcome is now unknown."""
         await asyncio.shield(process.stop(self.settings.shutdown_grace_s))
 
@@ -704,7 +755,7 @@ class LocalRunner:
             offered_responses=dict(call.input_responses),
             on_progress=call.on_progress,
         )
-        process = ToolProcess(tool, self._contract_env(execution), self._runs_dir / f"{execution.execution_id}.stderr")
+        process = self._new_run(tool, execution, tool.execution.sync_timeout_seconds)
         grace = tool.execution.cancel_grace_seconds
         self.executions.add(execution)
         handed_over = False
@@ -741,6 +792,11 @@ class LocalRunner:
                     if execution.task_id is not None:  # promoted, then stopped (timeout, caller gone, exit)
                         await asyncio.shield(self._settle_stopped_promotion(execution.task_id, tool))
             if not execution.outcome.done():
+                if process.worker_lost:
+                    return error_result(
+                        f"The warm worker running {tool.name!r} was lost mid-call ({process.stderr_tail()}); "
+                        "its outcome is unknown"
+                    )
                 return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
             if isinstance(outcome, AskedForInput):
@@ -802,7 +858,7 @@ class LocalRunner:
         return minted
 
     def _hand_over(
-        self, task_id: str, tool: ToolSpec, process: ToolProcess, execution: Execution, exited: asyncio.Task[int | None]
+        self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution, exited: asyncio.Task[int | None]
     ) -> None:
         """Supervise a promoted run's live process as a claimed task's (lease renewal, deadline, cancel)."""
 

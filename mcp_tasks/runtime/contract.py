@@ -44,3 +44,35 @@ PATH_RESULT: Final = "/result"
 
 MAX_WAIT_MS: Final = 25_000
 """Longest single `input-responses` wait the server honours, in ms; the helper simply asks again."""
+
+# ---------------------------------------------------------------- warm workers (`spec.warm`)
+
+ENV_SERVE_PORT: Final = "MCPTASKS_SERVE_PORT"
+"""Set for a warm worker: serve calls on this TCP port (`runtime.serve`) instead of running one call."""
+ENV_SERVE_HOST: Final = "MCPTASKS_SERVE_HOST"
+"""Address a warm worker listens on; default `0.0.0.0` (all interfaces of its pod). Embedded: `127.0.0.1`."""
+ENV_SERVE_CONCURRENCY: Final = "MCPTASKS_SERVE_CONCURRENCY"
+"""Calls one warm worker runs at once (`spec.warm.concurrency`); more are refused with 429. Default 1."""
+ENV_SERVE_PARENT_PID: Final = "MCPTASKS_SERVE_PARENT_PID"
+"""Embedded only: the runner's pid. The worker exits when its parent is gone, so a crashed server
+leaves no warm worker behind."""
+
+PATH_CALLS: Final = "/v1/calls"
+"""Served by a warm worker. POST `{executionId, arguments, inputResponses, taskId, attempt,
+inputBeforeTask?, workerUrl?, workerToken?, maxRunTimeSeconds?, cancelGraceSeconds?}` → 200 with an
+NDJSON stream (`application/x-ndjson`) of events, one JSON object per line, the last one final:
+
+- `{"event": "status", "statusMessage"}` and `{"event": "progress", "progress", "total"?, "message"?}`
+  while it runs (what `/status` and `/progress` carry for a one-shot run);
+- final: `{"event": "result", "result"}` or `{"event": "error", "error", "statusMessage"}` (the `/result`
+  bodies), `{"event": "cancelled"}` (stopped by a cancel or its deadline), `{"event": "inputRequired"}`
+  (it asked for input but the call named no `workerUrl` to ask through), `{"event": "crashed", "message"}`
+  (the tool raised).
+
+Input requests and their answers go to `workerUrl` (`/input-requests`, `/input-responses`, with
+`workerToken`), as for a one-shot run. 429 when the worker already runs `concurrency` calls; 400 for a
+malformed body."""
+PATH_HEALTH: Final = "/healthz"
+"""Served by a warm worker: GET → 200 `{"status": "ok", "calls": N, "concurrency": C}`, 503 once it drains."""
+EVENT_FINAL: Final = frozenset({"result", "error", "cancelled", "inputRequired", "crashed"})
+"""The `event` values that end a warm call's stream."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -77,8 +78,30 @@ class WorkerApiError(RuntimeError):
         self.detail = message
 
 
+class CallCancelled(BaseException):
+    """Raised by any `ToolContext` call of a warm-served call once that call was cancelled or passed its
+    maximum run time (`ToolContext.cancelled` is then true). A `BaseException`, like `KeyboardInterrupt`,
+    so that `except Exception` in a tool does not swallow it; let it propagate (clean up in `finally`).
+    """
+
+
+class InputRoundsUnavailable(BaseException):
+    """Raised by `ToolContext.ask` in a warm-served call that names no worker API to ask through (a
+    synchronous call sent straight to a warm worker). The executor runs the call again as a task that
+    can take input rounds, when the tool is idempotent. Let it propagate.
+    """
+
+
+EventSink = Callable[[Json], None]
+"""Where a warm-served call's events go (`contract.PATH_CALLS`): one JSON object per event."""
+
+
 class ToolContext:
     """The running tool's view of its execution.
+
+    One-shot (the default): built from the environment, it reads its input from the worker API.
+    Warm-served (`runtime.serve`): built per call from the call's `start` body; status, progress and the
+    outcome go to `events`, and only input requests use the worker API (`url`, when the call names one).
 
     Attributes:
         arguments: the validated `tools/call` arguments.
@@ -88,14 +111,30 @@ class ToolContext:
     """
 
     def __init__(
-        self, url: str | None = None, token: str | None = None, timeout_s: float = 60.0, retry_s: float = 300.0
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 60.0,
+        retry_s: float = 300.0,
+        *,
+        start: Json | None = None,
+        events: EventSink | None = None,
+        cancelled: threading.Event | None = None,
     ) -> None:
-        self._url = (url or os.environ[contract.ENV_WORKER_URL]).rstrip("/")
-        self._token = token or os.environ.get(contract.ENV_WORKER_TOKEN)
-        self._token_file = None if self._token else os.environ[contract.ENV_WORKER_TOKEN_FILE]
+        self._events = events
+        self._cancelled = cancelled
+        self.outcome: Json | None = None
+        """Warm-served only: the `/result` body `finish` or `fail` recorded."""
+        if start is None:
+            url = url or os.environ[contract.ENV_WORKER_URL]
+            token = token or os.environ.get(contract.ENV_WORKER_TOKEN)
+        self._url = url.rstrip("/") if url else None
+        self._token = token
+        self._token_file = None if token or start is not None else os.environ[contract.ENV_WORKER_TOKEN_FILE]
         self._timeout_s = timeout_s
         self._retry_s = retry_s
-        start = self._call("GET", contract.PATH_INPUT)
+        if start is None:
+            start = self._call("GET", contract.PATH_INPUT)
         self.arguments: Json = start.get("arguments") or {}
         self.input_responses: Json = start.get("inputResponses") or {}
         self.task_id: str | None = start.get("taskId")
@@ -125,6 +164,9 @@ class ToolContext:
         Unreachable or 502/503/504 (an operator restarting): retry with backoff (0.5 s doubling to 5 s)
         for up to `retry_s` seconds. Other errors raise `WorkerApiError` at once.
         """
+        self._check_cancelled()
+        if self._url is None:
+            raise InputRoundsUnavailable(f"no worker API to call {path} on (a synchronous warm call)")
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + self._retry_s
         delay = 0.5
@@ -163,9 +205,29 @@ class ToolContext:
         with open(self._token_file, encoding="utf-8") as file:
             return file.read().strip()
 
+    @property
+    def cancelled(self) -> bool:
+        """True once this warm-served call was cancelled or passed its deadline (then every other call
+        raises `CallCancelled`). A one-shot run is stopped with SIGTERM instead, and reads False.
+        """
+        return self._cancelled is not None and self._cancelled.is_set()
+
+    def _check_cancelled(self) -> None:
+        if self.cancelled:
+            raise CallCancelled("the call was cancelled")
+
+    def _emit(self, event: Json) -> bool:
+        """Send a warm-served call's event; False for a one-shot run (use the worker API instead)."""
+        if self._events is None:
+            return False
+        self._check_cancelled()
+        self._events(event)
+        return True
+
     def report(self, message: str) -> None:
         """Set the task's `statusMessage` (progress for long work; shown on `tasks/get`)."""
-        self._call("POST", contract.PATH_STATUS, {"statusMessage": message})
+        if not self._emit({"event": "status", "statusMessage": message}):
+            self._call("POST", contract.PATH_STATUS, {"statusMessage": message})
 
     def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress once, for every kind of caller.
@@ -179,7 +241,8 @@ class ToolContext:
             body["total"] = total
         if message is not None:
             body["message"] = message
-        self._call("POST", contract.PATH_PROGRESS, body)
+        if not self._emit({"event": "progress", **body}):
+            self._call("POST", contract.PATH_PROGRESS, body)
 
     def ask(self, requests: Mapping[str, Json]) -> dict[str, Json]:
         """Issue input requests and block until every one is answered.
@@ -251,14 +314,20 @@ class ToolContext:
 
     def finish(self, result: Json) -> None:
         """Post the final `CallToolResult` (`{content, structuredContent?, isError?}`)."""
-        self._call("POST", contract.PATH_RESULT, {"result": result})
+        self._finish({"result": result})
 
     def fail(self, failure: ProtocolFailure) -> None:
         """Post a JSON-RPC error: the task ends `failed`."""
         error: Json = {"code": failure.code, "message": str(failure)}
         if failure.data is not None:
             error["data"] = failure.data
-        self._call("POST", contract.PATH_RESULT, {"error": error, "statusMessage": str(failure)})
+        self._finish({"error": error, "statusMessage": str(failure)})
+
+    def _finish(self, body: Json) -> None:
+        if self._events is not None:
+            self.outcome = body  # the serve loop sends it as the call's final event
+        else:
+            self._call("POST", contract.PATH_RESULT, body)
 
 
 def _raise_if_refused(method: str, answer: Json) -> None:
@@ -297,25 +366,45 @@ def run(main: Callable[[ToolContext], Json | str]) -> NoReturn:
     `main` returns a `CallToolResult` dict or a plain string (one text block). `ToolError` finishes with
     `isError: true`; `ProtocolFailure` finishes `failed`. Any other exception escapes (non-zero exit):
     the executor then reports `isError: true` with the tail of stderr.
+
+    With `MCPTASKS_SERVE_PORT` set (a warm worker, `spec.warm`) it serves calls one after another
+    instead (`runtime.serve.serve`), with the same outcome rules per call; the same `main` works in both.
     """
+    if os.environ.get(contract.ENV_SERVE_PORT):
+        from mcp_tasks.runtime.serve import serve
+
+        serve(main)
     ctx = ToolContext()
+    body = call_main(main, ctx)
     try:
-        not_started = ctx.collect_input_before_task()
-        if not_started is not None:
-            ctx.finish(text_result(not_started, is_error=True))
-            sys.exit(0)
-        outcome = main(ctx)
-    except ToolError as exc:
-        ctx.finish(text_result(str(exc), is_error=True))
-        sys.exit(0)
-    except ProtocolFailure as exc:
-        ctx.fail(exc)
-        sys.exit(0)
-    try:
-        ctx.finish(text_result(outcome) if isinstance(outcome, str) else outcome)
+        ctx._finish(body)
     except WorkerApiError as exc:
-        if exc.status != _BAD_REQUEST:
+        if exc.status != _BAD_REQUEST or "result" not in body:
             raise
         # the result itself was refused (not a CallToolResult, or off its outputSchema): say why, cleanly
         ctx.finish(text_result(f"The tool returned an invalid result: {exc.detail}", is_error=True))
     sys.exit(0)
+
+
+def call_main(main: Callable[[ToolContext], Json | str], ctx: ToolContext) -> Json:
+    """Run `main` once and return the `/result` body it ends with: `{"result"}` or `{"error", "statusMessage"}`.
+
+    The `inputBeforeTask` requests a legacy-era call's task was created without are asked first.
+    `ToolError` → `{"result"}` with `isError: true`; `ProtocolFailure` → `{"error"}`; a result the tool
+    posted itself (`ctx.finish`, warm-served) wins over its return value. Other exceptions propagate.
+    """
+    try:
+        not_started = ctx.collect_input_before_task()
+        if not_started is not None:
+            return {"result": text_result(not_started, is_error=True)}
+        outcome = main(ctx)
+    except ToolError as exc:
+        return {"result": text_result(str(exc), is_error=True)}
+    except ProtocolFailure as exc:
+        error: Json = {"code": exc.code, "message": str(exc)}
+        if exc.data is not None:
+            error["data"] = exc.data
+        return {"error": error, "statusMessage": str(exc)}
+    if ctx.outcome is not None:
+        return ctx.outcome
+    return {"result": text_result(outcome) if isinstance(outcome, str) else outcome}

@@ -66,6 +66,48 @@ class ExecutionSpec(_Spec):
     """Time between SIGTERM and SIGKILL when a running task is cancelled, in seconds."""
 
 
+class AutoscalingSpec(_Spec):
+    """`spec.warm.autoscaling`: a HorizontalPodAutoscaler for the warm Deployment (Kubernetes only)."""
+
+    target_cpu_utilization_percent: int = Field(70, alias="targetCPUUtilizationPercentage", ge=1, le=100)
+    """Average CPU use, in percent of the requested CPU, the autoscaler keeps the workers at."""
+
+
+class WarmSpec(_Spec):
+    """`spec.warm`: the tool is served by warm workers, long-lived processes that take calls one after another.
+
+    Without it every run starts its own process (embedded) or Job (Kubernetes). With it, synchronous calls
+    go to a warm worker: no process start, and on Kubernetes no McpTask, Job or API write. Embedded, the
+    tool's tasks run on warm workers too, each under the runner's lease; on Kubernetes they keep one Job
+    each (docs/design.md §Warm tools).
+    """
+
+    concurrency: int = Field(1, ge=1, le=256)
+    """Calls one worker runs at once (each in its own thread); more go to another worker or wait."""
+    min_workers: int = Field(1, alias="minWorkers", ge=0, le=64)
+    """Workers kept running even when idle, started with the server; 0 starts them on the first call.
+    On Kubernetes: the Deployment's replicas (the autoscaler's minimum)."""
+    max_workers: int = Field(4, alias="maxWorkers", ge=1, le=64)
+    """Most workers at once; a call that finds all of them full waits for a free one (embedded), or the
+    autoscaler's maximum (Kubernetes)."""
+    idle_timeout_seconds: float = Field(300.0, alias="idleTimeoutSeconds", gt=0)
+    """A worker above `minWorkers` with no call for this long is stopped (embedded), in seconds."""
+    port: int = Field(8080, ge=1, le=65535)
+    """The port a worker listens on in its pod (Kubernetes; embedded workers take a free loopback port)."""
+    autoscaling: AutoscalingSpec | None = None
+    """Kubernetes: scale the Deployment between `minWorkers` and `maxWorkers` on CPU (an HPA)."""
+    resources: JsonObject | None = None
+    """Kubernetes: the worker container's `resources` (requests and limits), as in a Pod spec."""
+
+    @field_validator("max_workers")
+    @classmethod
+    def _at_least_min(cls, value: int, info: Any) -> int:
+        minimum = info.data.get("min_workers", 1)
+        if value < minimum:
+            raise ValueError(f"maxWorkers ({value}) must be at least minWorkers ({minimum})")
+        return value
+
+
 class EnvVar(_Spec):
     """One `spec.container.env` entry, as in a Kubernetes container."""
 
@@ -102,6 +144,7 @@ class ToolManifestSpec(_Spec):
     required_client_capabilities: JsonObject = Field(default_factory=dict, alias="requiredClientCapabilities")
     input_before_task: dict[str, InputBeforeTask] = Field(default_factory=dict, alias="inputBeforeTask")
     container: ContainerSpec
+    warm: WarmSpec | None = None
 
     @field_validator("input_schema")
     @classmethod
@@ -159,6 +202,11 @@ class ToolSpec:
     def execution(self) -> ExecutionSpec:
         """Execution policy and limits."""
         return self.manifest.execution
+
+    @property
+    def warm(self) -> WarmSpec | None:
+        """How its warm workers run, or `None` when every run gets its own process or Job."""
+        return self.manifest.warm
 
     def result_errors(self, result: JsonObject) -> list[str]:
         """Check a successful `CallToolResult` against `outputSchema`; return readable messages.

@@ -94,7 +94,35 @@ def region_echo(ctx: ToolContext) -> str:
     return f"region={ctx.arguments.get('target', {}).get('region')}"
 
 
+def warm_echo(ctx: ToolContext) -> str:
+    """Names the process that served the call (warm workers serve many calls in one process)."""
+    for step in range(int(ctx.arguments.get("steps", 0))):
+        ctx.progress(step + 1, ctx.arguments["steps"], f"step {step + 1}")
+    return f"{ctx.arguments.get('text', '')} pid={os.getpid()} task={ctx.task_id is not None}"
+
+
+def warm_sleeper(ctx: ToolContext) -> str:
+    """Reports every 0.1 s while it sleeps, so a cancel reaches it within 0.1 s (`CallCancelled`)."""
+    end = time.monotonic() + float(ctx.arguments.get("seconds", 1))
+    ctx.report(f"sleeping in pid {os.getpid()} (attempt {ctx.attempt})")
+    while time.monotonic() < end:
+        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+        ctx.report(f"sleeping in pid {os.getpid()} (attempt {ctx.attempt})")
+    return f"slept on attempt {ctx.attempt} in pid {os.getpid()}"
+
+
+def warm_deaf(ctx: ToolContext) -> str:
+    """Never looks at its context again: a cancel cannot reach it inside Python."""
+    ctx.report(f"deaf in pid {os.getpid()}")
+    time.sleep(60)
+    return "never"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
+    "warm_echo": warm_echo,
+    "warm_sleeper": warm_sleeper,
+    "warm_deaf": warm_deaf,
+    "warm_asker": ask_then_work,
     "bad_structured": bad_structured,
     "good_structured": good_structured,
     "region_echo": region_echo,

@@ -58,7 +58,10 @@ class KubernetesToolCatalog:
         self._sorted: list[ToolSpec] = []
         self._reported: set[str] = set()  # problems already logged (a relist must not repeat them)
         self._verdicts: dict[str, ToolVerdict] = {}
+        self._served: dict[str, tuple[JsonObject, ToolSpec]] = {}
+        self._endpoints: dict[str, tuple[str, ...]] = {}
         self.changed = asyncio.Event()
+        self._listeners: list[asyncio.Event] = [self.changed]
         self.reflector = Reflector(
             api_client,
             group=GROUP,
@@ -95,6 +98,21 @@ class KubernetesToolCatalog:
         """McpTool object name → whether it is served and why not, as of the last rebuild."""
         return self._verdicts
 
+    def served(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
+        """McpTool object name → (the object, its tool) for every McpTool that is served."""
+        return self._served
+
+    def warm_endpoints(self, tool: str) -> tuple[str, ...]:
+        """`host:port` of each ready warm worker of tool `tool` (its McpTool's `status.warm.endpoints`)."""
+        return self._endpoints.get(tool, ())
+
+    def subscribe(self) -> asyncio.Event:
+        """A new event, set now and after every rebuild, for one more consumer than `changed`'s."""
+        event = asyncio.Event()
+        event.set()
+        self._listeners.append(event)
+        return event
+
     def _listed_page(self, items: Sequence[JsonObject]) -> None:
         self._listing.update({str(item["metadata"]["name"]): item for item in items})
 
@@ -120,6 +138,8 @@ class KubernetesToolCatalog:
     def _rebuild(self) -> None:
         tools: dict[str, ToolSpec] = {}
         verdicts: dict[str, ToolVerdict] = {}
+        served: dict[str, tuple[JsonObject, ToolSpec]] = {}
+        endpoints: dict[str, tuple[str, ...]] = {}
         oldest_first = sorted(
             self._objects.values(),
             key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), str(o["metadata"]["name"])),
@@ -145,10 +165,16 @@ class KubernetesToolCatalog:
                 continue
             tools[spec.name] = spec
             verdicts[name] = verdict(True, "Valid", f"served as tool {spec.name!r}")
+            served[name] = (obj, spec)
+            if spec.warm is not None:
+                endpoints[spec.name] = _warm_endpoints(obj)
         self._tools = tools
         self._sorted = [tools[name] for name in sorted(tools)]
         self._verdicts = verdicts
-        self.changed.set()
+        self._served = served
+        self._endpoints = endpoints
+        for listener in self._listeners:
+            listener.set()
 
 
 def _manifest(obj: JsonObject) -> JsonObject:
@@ -159,3 +185,12 @@ def _manifest(obj: JsonObject) -> JsonObject:
         "metadata": {"name": obj["metadata"]["name"]},
         "spec": obj.get("spec"),
     }
+
+
+def _warm_endpoints(obj: JsonObject) -> tuple[str, ...]:
+    """The `host:port` strings of `status.warm.endpoints` (anything else there is ignored)."""
+    warm = (obj.get("status") or {}).get("warm") or {}
+    listed = warm.get("endpoints") if isinstance(warm, dict) else None
+    if not isinstance(listed, list):
+        return ()
+    return tuple(item for item in listed if isinstance(item, str) and ":" in item and len(item) < 300)

@@ -106,15 +106,27 @@ class TaskCondition(_Resource):
     observed_generation: int = Field(0, alias="observedGeneration", ge=0)
 
 
+class WarmStatus(_Resource):
+    """`status.warm` of an McpTool with `spec.warm`: where its warm workers take calls, written by the operator."""
+
+    endpoints: list[str] = Field(default_factory=list, max_length=256)
+    """`podIP:port` of each ready warm worker; the gateways send synchronous calls straight to them."""
+    ready_workers: int = Field(0, alias="readyWorkers", ge=0)
+    """How many warm workers are ready (the length of `endpoints`)."""
+    service: str | None = None
+    """The Service in front of them, `name.namespace.svc:port`, for other clients."""
+
+
 class McpToolStatus(_Resource):
     """`status` of an McpTool, written by the operator: whether the gateways serve it, and why not.
 
     One condition, `Valid`: `True` (reason `Valid`) when the manifest parses and its tool name is its
     own; `False` with reason `InvalidManifest` (the message names the field) or `DuplicateName` (an
-    older McpTool declares the same tool name).
+    older McpTool declares the same tool name). A warm tool also gets `warm` (`WarmStatus`).
     """
 
     conditions: list[TaskCondition] = Field(default_factory=list)
+    warm: WarmStatus | None = None
 
 
 class McpTaskStatus(_Resource):

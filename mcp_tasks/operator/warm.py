@@ -1,0 +1,205 @@
+"""What the operator runs for a warm tool (`spec.warm`): a Deployment, a Service, optionally an HPA. Pure functions.
+
+Each object is named after its McpTool (`warm_name`), carries a controller owner reference to it (deleting
+the McpTool removes them through the garbage collector) and is applied server-side, so an McpTool edit
+updates them in place. The pods run the tool's image with its command and the warm-worker variables
+(`runtime.contract.ENV_SERVE_*`), the same restricted security profile as a task's Job, no Kubernetes
+credentials and no worker token (a synchronous call needs no worker API), and a readiness probe on
+`/healthz`. `pod_endpoint` tells which pods may take calls: the operator publishes them in the
+McpTool's `status.warm`, and the gateways send synchronous calls straight to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Final
+
+from mcp_tasks.operator.jobs import COMPONENT_LABEL, INSTANCE_LABEL
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runtime import contract
+from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL
+from mcp_tasks.tasks.tools import ToolSpec
+
+WARM_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "warm-worker"}
+"""The labels of every Deployment, Service, HPA and pod of a warm tool (what the operator watches and lists)."""
+WARM_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in WARM_LABELS.items())
+MCPTOOL_LABEL: Final = "mcptasks.io/mcptool"
+"""Names the McpTool a warm object belongs to."""
+FIELD_MANAGER: Final = "mcp-tasks-operator"
+"""The server-side apply field manager of the objects the operator owns."""
+_NAME_PREFIX: Final = "mcptool-"
+_DNS_LABEL_MAX: Final = 63
+
+
+def warm_name(mcptool: str) -> str:
+    """The Deployment/Service/HPA name of McpTool `mcptool`: `mcptool-<name>`, a DNS-1035 label
+    (a Service name must be one), shortened with a hash suffix when it would pass 63 characters.
+    """
+    name = _NAME_PREFIX + mcptool.replace(".", "-")
+    if len(name) <= _DNS_LABEL_MAX:
+        return name
+    digest = hashlib.sha256(mcptool.encode()).hexdigest()[:8]
+    return f"{name[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+
+
+def _owner(mcptool: JsonObject) -> JsonObject:
+    return {
+        "apiVersion": mcptool["apiVersion"],
+        "kind": mcptool["kind"],
+        "name": mcptool["metadata"]["name"],
+        "uid": mcptool["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _labels(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> dict[str, str]:
+    labels = {**WARM_LABELS, MCPTOOL_LABEL: str(mcptool["metadata"]["name"]), "mcptasks.io/tool": tool.name[:63]}
+    if instance:
+        labels[INSTANCE_LABEL] = instance
+    return labels
+
+
+def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
+    return {
+        "name": warm_name(str(mcptool["metadata"]["name"])),
+        "namespace": mcptool["metadata"]["namespace"],
+        "labels": _labels(mcptool, tool, instance),
+        "ownerReferences": [_owner(mcptool)],
+    }
+
+
+def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
+    """The Deployment of `tool`'s warm workers (`tool.warm` set).
+
+    Replicas: `minWorkers`, at least 1 (a Deployment scaled to zero takes no calls; embedded pools start
+    lazily instead). With `autoscaling` the replica count is left to the HPA after creation.
+
+    Raises:
+        ValueError: the tool declares no `container.image`.
+    """
+    warm = tool.warm
+    assert warm is not None
+    container_spec = tool.manifest.container
+    if not container_spec.image:
+        raise ValueError(f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes")
+    env = [
+        *({"name": var.name, "value": var.value} for var in container_spec.env),
+        {"name": contract.ENV_SERVE_HOST, "value": "0.0.0.0"},
+        {"name": contract.ENV_SERVE_PORT, "value": str(warm.port)},
+        {"name": contract.ENV_SERVE_CONCURRENCY, "value": str(warm.concurrency)},
+    ]
+    probe = {"httpGet": {"path": contract.PATH_HEALTH, "port": "calls"}, "periodSeconds": 2, "timeoutSeconds": 2}
+    container: dict[str, Any] = {
+        "name": "tool",
+        "image": container_spec.image,
+        "command": list(container_spec.command),
+        "env": env,
+        "ports": [{"name": "calls", "containerPort": warm.port, "protocol": "TCP"}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if container_spec.working_dir:
+        container["workingDir"] = container_spec.working_dir
+    if warm.resources:
+        container["resources"] = warm.resources
+    labels = _labels(mcptool, tool, instance)
+    selector = {MCPTOOL_LABEL: labels[MCPTOOL_LABEL], COMPONENT_LABEL: labels[COMPONENT_LABEL]}
+    execution = tool.execution
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                # SIGTERM drains: the calls in flight may run their synchronous wait out
+                "terminationGracePeriodSeconds": math.ceil(
+                    execution.sync_timeout_seconds + execution.cancel_grace_seconds
+                ),
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+                "containers": [container],
+                "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+            },
+        },
+    }
+    if warm.autoscaling is None:
+        spec["replicas"] = max(warm.min_workers, 1)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(mcptool, tool, instance), "spec": spec}
+
+
+def build_service(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
+    """A ClusterIP Service in front of the warm workers (a stable name for other clients and for
+    `kubectl port-forward`; the gateways call the ready pods directly, see `pod_endpoint`).
+    """
+    warm = tool.warm
+    assert warm is not None
+    labels = _labels(mcptool, tool, instance)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(mcptool, tool, instance),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {MCPTOOL_LABEL: labels[MCPTOOL_LABEL], COMPONENT_LABEL: labels[COMPONENT_LABEL]},
+            "ports": [{"name": "calls", "port": warm.port, "targetPort": "calls", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_autoscaler(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject | None:
+    """The HorizontalPodAutoscaler (`autoscaling/v2`) of the warm Deployment, or `None` without `autoscaling`."""
+    warm = tool.warm
+    assert warm is not None
+    if warm.autoscaling is None:
+        return None
+    name = warm_name(str(mcptool["metadata"]["name"]))
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(mcptool, tool, instance),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": max(warm.min_workers, 1),
+            "maxReplicas": max(warm.max_workers, warm.min_workers, 1),
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": warm.autoscaling.target_cpu_utilization_percent,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def pod_endpoint(pod: JsonObject) -> str | None:
+    """`podIP:port` of a warm pod that may take calls (Ready and not terminating), else `None`."""
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if metadata.get("deletionTimestamp") or not status.get("podIP"):
+        return None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    if not ready:
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "calls":
+                return f"{status['podIP']}:{port['containerPort']}"
+    return None

@@ -1,0 +1,223 @@
+"""`WarmTools`: the operator keeps every warm McpTool's workers as declared and publishes where they take calls.
+
+Level-based, like the rest of the operator: after a change of the McpTool catalog, a warm pod's event,
+or the resync interval, it
+1. applies (server-side apply, field manager `mcp-tasks-operator`) the Deployment, Service and, with
+   `autoscaling`, HPA of each warm McpTool whose desired objects changed since its last apply;
+2. deletes the warm objects of McpTools that are gone or no longer warm (owner references also let
+   the garbage collector remove them with a deleted McpTool);
+3. writes `status.warm` (`endpoints` of the ready pods, `readyWorkers`, `service`) of each warm McpTool
+   whose endpoints changed: one status merge patch per change, never per call.
+
+Every operator replica runs it (they write the same content); it needs no peering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from kubernetes_asyncio.client import ApiClient, AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from mcp_tasks.operator.tool_status import MERGE_PATCH
+from mcp_tasks.operator.warm import (
+    FIELD_MANAGER,
+    MCPTOOL_LABEL,
+    WARM_SELECTOR,
+    build_autoscaler,
+    build_deployment,
+    build_service,
+    pod_endpoint,
+    warm_name,
+)
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
+from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
+from mcp_tasks.tasks.tools import ToolSpec
+
+logger = logging.getLogger("mcp_tasks.operator")
+
+APPLY: Final[dict[str, Any]] = {
+    "_content_type": "application/apply-patch+yaml",
+    "field_manager": FIELD_MANAGER,
+    "force": True,
+}
+"""Request options of a server-side apply that owns every field it sends."""
+RETRY_S: Final = 5.0
+"""Wait before trying a failed apply, prune or status write again, in seconds."""
+
+
+class WarmTools:
+    """Runs warm McpTools' Deployments, Services and HPAs in `namespace`, and their `status.warm`.
+
+    Args:
+        api: an open kubernetes_asyncio `ApiClient`.
+        namespace: the operator's namespace.
+        catalog: the McpTools (shared with the reconciler).
+        instance: the `app.kubernetes.io/instance` label for the pods (the release's NetworkPolicy).
+        resync_s: how often everything is applied and listed again even without a change, in seconds.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        namespace: str,
+        catalog: KubernetesToolCatalog,
+        instance: str | None,
+        resync_s: float = 300.0,
+    ) -> None:
+        self.namespace = namespace
+        self.catalog = catalog
+        self.instance = instance
+        self.resync_s = resync_s
+        self._apps = AppsV1Api(api)
+        self._core = CoreV1Api(api)
+        self._autoscaling = AutoscalingV2Api(api)
+        self._objects = CustomObjectsApi(api)
+        self._serialize = api.sanitize_for_serialization
+        self._applied: dict[str, str] = {}  # McpTool name → digest of what was applied last
+        self._pods: dict[str, dict[str, str | None]] = {}  # McpTool name → pod name → endpoint (None: not ready)
+        self._wake = asyncio.Event()
+
+    def pod_event(self, kind: str, pod: JsonObject) -> None:
+        """A warm pod changed (a kopf watch event): note whether it takes calls, and wake the loop."""
+        metadata = pod.get("metadata") or {}
+        owner = (metadata.get("labels") or {}).get(MCPTOOL_LABEL)
+        if not owner:
+            return
+        pods = self._pods.setdefault(str(owner), {})
+        name = str(metadata.get("name"))
+        endpoint = None if kind == "DELETED" else pod_endpoint(pod)
+        if kind == "DELETED":
+            pods.pop(name, None)
+        else:
+            pods[name] = endpoint
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        changed = self.catalog.subscribe()
+        loop = asyncio.get_running_loop()
+        next_resync = loop.time()
+        while True:
+            catalog_changed = changed.is_set()
+            changed.clear()
+            self._wake.clear()
+            resync = loop.time() >= next_resync
+            if resync:
+                next_resync = loop.time() + self.resync_s
+                self._applied.clear()
+            healthy = True
+            try:
+                if resync:
+                    await self._relist_pods()
+                await self._apply()
+                if catalog_changed or resync:
+                    await self._prune()
+                await self._publish()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server is away: retried below
+                logger.warning("warm tools: %s; retrying in %.0fs", exc, RETRY_S)
+                healthy = False
+            timeout = min(RETRY_S if not healthy else self.resync_s, max(next_resync - loop.time(), 0.0))
+            waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._wake.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+
+    def _warm_tools(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
+        return {name: served for name, served in self.catalog.served().items() if served[1].warm is not None}
+
+    async def _relist_pods(self) -> None:
+        listed = await self._core.list_namespaced_pod(self.namespace, label_selector=WARM_SELECTOR)
+        pods: dict[str, dict[str, str | None]] = {}
+        for item in listed.items:
+            pod = self._serialize(item)
+            owner = ((pod.get("metadata") or {}).get("labels") or {}).get(MCPTOOL_LABEL)
+            if owner:
+                pods.setdefault(str(owner), {})[str(pod["metadata"]["name"])] = pod_endpoint(pod)
+        self._pods = pods
+
+    async def _apply(self) -> None:
+        failed = False
+        for name, (obj, tool) in self._warm_tools().items():
+            try:
+                manifests = [build_deployment(obj, tool, self.instance), build_service(obj, tool, self.instance)]
+            except ValueError as exc:
+                logger.warning("mcptool/%s: cannot run warm workers: %s", name, exc)
+                continue
+            autoscaler = build_autoscaler(obj, tool, self.instance)
+            if autoscaler is not None:
+                manifests.append(autoscaler)
+            digest = hashlib.sha256(json.dumps(manifests, sort_keys=True).encode()).hexdigest()
+            if self._applied.get(name) == digest:
+                continue
+            try:
+                await self._apps.patch_namespaced_deployment(warm_name(name), self.namespace, manifests[0], **APPLY)
+                await self._core.patch_namespaced_service(warm_name(name), self.namespace, manifests[1], **APPLY)
+                if autoscaler is not None:
+                    await self._autoscaling.patch_namespaced_horizontal_pod_autoscaler(
+                        warm_name(name), self.namespace, autoscaler, **APPLY
+                    )
+            except ApiException as exc:
+                logger.warning("mcptool/%s: could not apply its warm workers: %s %s", name, exc.status, exc.reason)
+                failed = True
+                continue
+            self._applied[name] = digest
+            logger.info("mcptool/%s: warm workers applied (Deployment and Service %s)", name, warm_name(name))
+        if failed:
+            raise RuntimeError("an apply failed")
+
+    async def _prune(self) -> None:
+        """Delete warm objects whose McpTool is gone or no longer warm (or no longer autoscaled, for HPAs)."""
+        warm = self._warm_tools()
+        scaled = {name for name, (_obj, tool) in warm.items() if tool.warm and tool.warm.autoscaling}
+        kinds: list[tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]], set[str]]] = [
+            (self._apps.list_namespaced_deployment, self._apps.delete_namespaced_deployment, set(warm)),
+            (self._core.list_namespaced_service, self._core.delete_namespaced_service, set(warm)),
+            (
+                self._autoscaling.list_namespaced_horizontal_pod_autoscaler,
+                self._autoscaling.delete_namespaced_horizontal_pod_autoscaler,
+                scaled,
+            ),
+        ]
+        for list_them, delete, keep in kinds:
+            listed = await list_them(self.namespace, label_selector=WARM_SELECTOR)
+            for item in listed.items:
+                owner = (item.metadata.labels or {}).get(MCPTOOL_LABEL)
+                if owner in keep:
+                    continue
+                with contextlib.suppress(ApiException):
+                    await delete(item.metadata.name, self.namespace, propagation_policy="Background")
+                    logger.info("deleted %s %s (its McpTool %s is not warm now)", item.kind, item.metadata.name, owner)
+                self._applied.pop(str(owner), None)
+
+    async def _publish(self) -> None:
+        for name, (obj, tool) in self._warm_tools().items():
+            assert tool.warm is not None
+            endpoints = sorted(e for e in self._pods.get(name, {}).values() if e)
+            current = (obj.get("status") or {}).get("warm") or {}
+            service = f"{warm_name(name)}.{self.namespace}.svc:{tool.warm.port}"
+            wanted = {"endpoints": endpoints, "readyWorkers": len(endpoints), "service": service}
+            if {key: current.get(key) for key in wanted} == wanted:
+                continue
+            try:
+                await self._objects.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, self.namespace, TOOL_PLURAL, name, {"status": {"warm": wanted}}, **MERGE_PATCH
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            obj.setdefault("status", {})["warm"] = wanted  # until the watch brings our own write back
+            logger.info("mcptool/%s: %d warm worker(s) ready", name, len(endpoints))

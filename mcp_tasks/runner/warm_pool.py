@@ -1,0 +1,433 @@
+"""Warm workers on one machine: a pool of long-lived tool processes per McpTool with `spec.warm`.
+
+`WarmPool` keeps between `minWorkers` and `maxWorkers` processes of the tool's command, each serving
+calls (`runtime.serve`) on its own loopback port, `concurrency` at a time. Workers start with the
+server (`minWorkers` of them) or on demand, are health-checked, stopped after `idleTimeoutSeconds`
+idle above the minimum, and replaced when they exit, with a back-off (0.5 s doubling to 30 s) while
+they keep failing. `WarmRun` is one call on a pool worker with the interface of a `ToolProcess`, so the
+runner supervises a warm run (lease, deadline, cancel) exactly as it supervises a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+
+from mcp_tasks.observability import metrics
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runner.process import ToolProcess
+from mcp_tasks.runtime import contract
+from mcp_tasks.tasks import results
+from mcp_tasks.tasks.tools import ToolSpec, WarmSpec
+from mcp_tasks.worker.channel import ChannelError, WorkerChannel
+from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.warm import (
+    WarmTarget,
+    WorkerLost,
+    apply_final,
+    call_body,
+    cancel_call,
+    channel_events,
+    send_call,
+)
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+READY_TIMEOUT_S: Final = 30.0
+"""How long a new worker may take to answer `/healthz`, in seconds, before it is stopped as failed."""
+HEALTH_INTERVAL_S: Final = 10.0
+"""How often every worker's `/healthz` is checked, in seconds; three failures in a row replace it."""
+MAINTAIN_INTERVAL_S: Final = 1.0
+"""How often the pool reaps idle workers and tops up to `minWorkers`, in seconds."""
+BACKOFF_FIRST_S: Final = 0.5
+BACKOFF_MAX_S: Final = 30.0
+STABLE_S: Final = 10.0
+"""A worker that served this long before it exited does not count as a failed start."""
+FAILED_STARTS_LIMIT: Final = 3
+"""Failed starts in a row after which a call that finds no worker gets an error instead of waiting."""
+
+
+class WarmUnavailable(OSError):
+    """No warm worker could take the call: the tool's workers fail to start, or none freed up in time."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(slots=True, eq=False)
+class WarmWorker:
+    """One worker process of a pool: its address, the calls it runs now, when it last finished one."""
+
+    process: ToolProcess
+    port: int
+    started_at: float
+    calls: int = 0
+    ready: bool = False
+    last_used: float = 0.0
+    health_failures: int = 0
+    exited: asyncio.Task[int | None] | None = field(default=None, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class WarmPool:
+    """The warm workers of one tool.
+
+    Args:
+        tool: the tool (`tool.warm` set).
+        session: the HTTP session calls and health checks use.
+        runs_dir: where each worker's stderr file goes.
+        clock: monotonic seconds (the event loop's time).
+    """
+
+    def __init__(self, tool: ToolSpec, session: aiohttp.ClientSession, runs_dir: Path) -> None:
+        assert tool.warm is not None
+        self.tool = tool
+        self.spec: WarmSpec = tool.warm
+        self.session = session
+        self.runs_dir = runs_dir
+        self.workers: list[WarmWorker] = []
+        self._changed = asyncio.Condition()
+        self._failed_starts = 0
+        self._next_start = 0.0
+        self._last_failure = ""
+        self._loop_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._serial = 0
+        self._lives: set[asyncio.Task[None]] = set()  # one per worker: start, wait for exit, forget
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def start(self) -> None:
+        """Start the maintenance loop, which brings the pool up to `minWorkers` at once."""
+        self._loop_task = asyncio.create_task(self._maintain(), name=f"warm-pool-{self.tool.name}")
+
+    async def aclose(self, grace_s: float) -> None:
+        """Stop the loop and every worker (SIGTERM: a worker finishes its calls within `grace_s`, then SIGKILL)."""
+        self._closing = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        await asyncio.gather(*(worker.process.stop(grace_s) for worker in list(self.workers)))
+        for life in list(self._lives):
+            life.cancel()
+        for worker in self.workers:
+            if worker.exited is not None:
+                worker.exited.cancel()
+        self.workers.clear()
+
+    # ---------------------------------------------------------------- calls
+
+    async def acquire(self, timeout_s: float | None) -> WarmWorker:
+        """A ready worker with a free slot (its `calls` already counted); start one if the pool may grow.
+
+        Waits for a slot up to `timeout_s` seconds (`None`: as long as it takes).
+
+        Raises:
+            WarmUnavailable: the workers keep failing to start, or no slot freed up in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        async with self._changed:
+            while True:
+                free = [w for w in self.workers if w.ready and w.calls < self.spec.concurrency]
+                if free:
+                    worker = min(free, key=lambda w: w.calls)
+                    worker.calls += 1
+                    return worker
+                if self._failed_starts >= FAILED_STARTS_LIMIT and not any(w.ready for w in self.workers):
+                    raise WarmUnavailable(
+                        f"the warm workers of tool {self.tool.name!r} fail to start ({self._last_failure})"
+                    )
+                starting = any(not w.ready for w in self.workers)
+                if not starting and len(self.workers) < self.spec.max_workers:
+                    self._start_worker_soon()
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise WarmUnavailable(
+                        f"all {len(self.workers)} warm worker(s) of tool {self.tool.name!r} stayed busy "
+                        f"for {timeout_s:g}s"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(remaining, 1.0) if remaining is not None else 1.0):
+                        await self._changed.wait()
+
+    async def release(self, worker: WarmWorker) -> None:
+        """A call on `worker` ended: its slot is free again."""
+        async with self._changed:
+            worker.calls = max(worker.calls - 1, 0)
+            worker.last_used = self._now()
+            self._changed.notify_all()
+
+    async def kill(self, worker: WarmWorker) -> None:
+        """Stop `worker` at once (a call on it ignored its cancel); the pool replaces it."""
+        logger.warning("tool %s: killing warm worker pid %s (a call did not stop)", self.tool.name, worker.process.pid)
+        await worker.process.stop(0)
+
+    # ---------------------------------------------------------------- worker life
+
+    def _start_worker_soon(self) -> None:
+        """Start one worker now, or when the back-off after failed starts allows (it is counted at once)."""
+        self._serial += 1
+        port = _free_port()
+        env = {
+            contract.ENV_SERVE_PORT: str(port),
+            contract.ENV_SERVE_HOST: "127.0.0.1",
+            contract.ENV_SERVE_CONCURRENCY: str(self.spec.concurrency),
+            contract.ENV_SERVE_PARENT_PID: str(os.getpid()),
+        }
+        log = self.runs_dir / f"warm-{self.tool.name}-{os.getpid()}-{self._serial}.stderr"
+        worker = WarmWorker(ToolProcess(self.tool, env, log), port, started_at=self._now())
+        self.workers.append(worker)
+        self._lives.add(asyncio.create_task(self._run_worker(worker), name=f"warm-{self.tool.name}-{self._serial}"))
+
+    async def _run_worker(self, worker: WarmWorker) -> None:
+        try:
+            await self._live(worker)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._lives.discard(task)
+
+    async def _live(self, worker: WarmWorker) -> None:
+        delay = self._next_start - self._now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            await worker.process.start()
+        except OSError as exc:
+            await self._failed(worker, f"cannot start {self.tool.manifest.container.command[0]!r}: {exc}")
+            return
+        metrics.WARM_WORKER_STARTS.labels(self.tool.name).inc()
+        worker.exited = asyncio.create_task(worker.process.wait())
+        if not await self._until_ready(worker):
+            await worker.process.stop(0)
+            tail = worker.process.stderr_tail()[-500:]
+            await self._failed(worker, f"it did not answer {contract.PATH_HEALTH} in time or exited: {tail}")
+            return
+        async with self._changed:
+            worker.ready = True
+            worker.last_used = self._now()
+            self._changed.notify_all()
+        logger.info("tool %s: warm worker pid %s ready on port %s", self.tool.name, worker.process.pid, worker.port)
+        code = await worker.exited
+        stable = self._now() - worker.started_at >= STABLE_S
+        if self._closing:
+            return
+        tail = worker.process.stderr_tail()[-500:]
+        if stable:
+            logger.warning("tool %s: warm worker pid %s exited with %s", self.tool.name, worker.process.pid, code)
+            await self._forget(worker, failed=False)
+        else:
+            await self._failed(worker, f"it exited with {code} soon after starting: {tail}")
+
+    async def _until_ready(self, worker: WarmWorker) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT_S
+        while loop.time() < deadline:
+            if worker.exited is not None and worker.exited.done():
+                return False
+            if await self._healthy(worker):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    async def _healthy(self, worker: WarmWorker) -> bool:
+        try:
+            async with asyncio.timeout(2.0):
+                async with self.session.get(worker.base_url + contract.PATH_HEALTH) as response:
+                    await response.read()
+                    return response.status == 200
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
+    async def _failed(self, worker: WarmWorker, why: str) -> None:
+        self._failed_starts += 1
+        self._last_failure = why
+        backoff = min(BACKOFF_FIRST_S * 2 ** (self._failed_starts - 1), BACKOFF_MAX_S)
+        self._next_start = self._now() + backoff
+        logger.warning("tool %s: warm worker failed: %s; next start in %.1fs", self.tool.name, why, backoff)
+        await self._forget(worker, failed=True)
+
+    async def _forget(self, worker: WarmWorker, failed: bool) -> None:
+        async with self._changed:
+            if worker in self.workers:
+                self.workers.remove(worker)
+            if not failed:
+                self._failed_starts = 0
+            self._changed.notify_all()
+        worker.process.discard_log()
+
+    async def _maintain(self) -> None:
+        """Top up to `minWorkers`, stop idle workers above it, replace workers that fail health checks."""
+        next_health = self._now() + HEALTH_INTERVAL_S
+        while True:
+            now = self._now()
+            async with self._changed:
+                if self._failed_starts > 0 and self._next_start > now:
+                    pass  # backing off; a waiting call keeps its place
+                elif len(self.workers) < self.spec.min_workers and not any(not w.ready for w in self.workers):
+                    self._start_worker_soon()
+                idle = [
+                    w
+                    for w in self.workers
+                    if w.ready and w.calls == 0 and now - w.last_used >= self.spec.idle_timeout_seconds
+                ]
+                surplus = idle[: max(len(self.workers) - self.spec.min_workers, 0)]
+                for worker in surplus:
+                    worker.ready = False  # takes no new calls while it stops
+            for worker in surplus:
+                logger.info("tool %s: stopping idle warm worker pid %s", self.tool.name, worker.process.pid)
+                await worker.process.stop(self.tool.execution.cancel_grace_seconds)
+            if now >= next_health:
+                next_health = now + HEALTH_INTERVAL_S
+                for worker in [w for w in self.workers if w.ready]:
+                    if await self._healthy(worker):
+                        worker.health_failures = 0
+                    else:
+                        worker.health_failures += 1
+                        if worker.health_failures >= 3:
+                            pid = worker.process.pid
+                            logger.warning("tool %s: warm worker pid %s is unhealthy", self.tool.name, pid)
+                            await worker.process.stop(self.tool.execution.cancel_grace_seconds)
+            await asyncio.sleep(MAINTAIN_INTERVAL_S)
+
+
+class WarmRun:
+    """One call of `execution` on a pool's worker, with the interface of a `ToolProcess`.
+
+    `start` takes a worker slot (waiting up to `acquire_timeout_s`); the call's status and progress go
+    to the channel, and its `result`/`error` final event is recorded through the channel like a one-shot
+    run's `POST /result`. `stop` sends the cancel, waits the grace period, then kills the worker.
+    `worker_lost` is True when the worker died mid-call: the outcome is unknown.
+    """
+
+    def __init__(
+        self,
+        pool: WarmPool,
+        execution: Execution,
+        channel: WorkerChannel,
+        worker_api_url: str,
+        acquire_timeout_s: float | None,
+    ) -> None:
+        self.pool = pool
+        self.tool = pool.tool
+        self.execution = execution
+        self.channel = channel
+        self.worker_api_url = worker_api_url
+        self.acquire_timeout_s = acquire_timeout_s
+        self.worker_lost = False
+        self._worker: WarmWorker | None = None
+        self._call: asyncio.Task[int | None] | None = None
+        self._tail = ""
+
+    @property
+    def pid(self) -> int | None:
+        """`None`: a warm run is not a process of its own and cannot be adopted after a crash."""
+        return None
+
+    async def start(self) -> None:
+        """Take a worker slot and send the call.
+
+        Raises:
+            WarmUnavailable: no worker could take it.
+        """
+        self._worker = await self.pool.acquire(self.acquire_timeout_s)
+        self._call = asyncio.create_task(self._follow(), name=f"warm-call-{self.execution.execution_id}")
+
+    async def _follow(self) -> int | None:
+        assert self._worker is not None
+        body = call_body(self.tool, self.execution, self.worker_api_url)
+        try:
+            for _attempt in range(3):
+                target = WarmTarget(self._worker.base_url, self.worker_api_url)
+                try:
+                    on_event = channel_events(self.channel, self.execution)
+                    final = await send_call(self.pool.session, target, body, on_event)
+                    break
+                except WorkerLost as exc:
+                    if exc.delivered:
+                        raise
+                    await self.pool.release(self._worker)  # it went away before taking the call: another one
+                    self._worker = None
+                    self._worker = await self.pool.acquire(self.acquire_timeout_s)
+            else:
+                raise WorkerLost("no warm worker took the call", delivered=False)
+        except WorkerLost as exc:
+            metrics.WARM_CALLS.labels(self.tool.name, "lost").inc()
+            self.worker_lost = True
+            self._tail = str(exc)
+            return None
+        except WarmUnavailable as exc:  # never delivered: it did not run
+            metrics.WARM_CALLS.labels(self.tool.name, "unavailable").inc()
+            self._tail = str(exc)
+            return 1
+        finally:
+            if self._worker is not None:
+                await self.pool.release(self._worker)
+        return await self._conclude(final)
+
+    async def _conclude(self, final: JsonObject) -> int | None:
+        kind = final.get("event")
+        metrics.WARM_CALLS.labels(self.tool.name, str(kind)).inc()
+        try:
+            if kind in {"result", "error"}:
+                await apply_final(self.channel, self.execution, self.tool, final)
+                return 0
+            if kind == "crashed":
+                self._tail = str(final.get("message", ""))
+                text = f"Tool {self.tool.name!r} raised an exception without a result. Its last output:\n{self._tail}"
+                await apply_final(self.channel, self.execution, self.tool, {"result": results.error_result(text)})
+                return 1
+        except ChannelError as exc:
+            logger.info("warm call %s: outcome not recorded: %s", self.execution.execution_id, exc)
+            return 0
+        self._tail = f"the call ended with {kind!r}"
+        return 143 if kind == "cancelled" else 1
+
+    async def wait(self) -> int | None:
+        """Wait for the call to end: 0 with an outcome recorded, 143 cancelled, `None` if the worker was lost."""
+        if self._call is None:
+            raise RuntimeError("call not started")
+        return await asyncio.shield(self._call)
+
+    async def stop(self, grace_s: float) -> None:
+        """Cancel the call; past `grace_s` seconds kill its worker (the pool starts another)."""
+        if self._call is None or self._call.done():
+            return
+        worker = self._worker
+        if worker is not None:
+            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.execution.execution_id)
+        try:
+            async with asyncio.timeout(grace_s):
+                await asyncio.shield(self._call)
+        except TimeoutError:
+            if worker is not None:
+                await self.pool.kill(worker)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._call)
+
+    def trim_log(self) -> None:
+        """Nothing to trim: the worker's stderr belongs to the pool."""
+
+    def stderr_tail(self) -> str:
+        """What ended the call without a result (the traceback, or how the worker was lost)."""
+        return self._tail
+
+    def discard_log(self) -> None:
+        """Nothing to discard (see `trim_log`)."""

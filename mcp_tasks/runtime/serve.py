@@ -1,0 +1,269 @@
+"""The warm-worker serve loop: one long-lived process takes a tool's calls one after another.
+
+`run(main)` switches to `serve(main)` when `MCPTASKS_SERVE_PORT` is set (an McpTool with `spec.warm`),
+so the same tool code runs one-shot and warm. Each call arrives as `POST /v1/calls`, runs `main` in its
+own thread with its own `ToolContext`, and answers with an NDJSON stream of events whose last line is
+the outcome (`contract.PATH_CALLS`). Per call, the outcome rules are `run`'s.
+
+Stops keep their meaning: `DELETE /v1/calls/{executionId}` (or the caller closing the stream, or the
+call passing `maxRunTimeSeconds`) makes every further `ToolContext` call raise `CallCancelled`; a call
+still running `cancelGraceSeconds` later cannot be stopped inside Python, so the whole worker exits
+(code 75) and its executor starts a fresh one. SIGTERM drains: no new calls, exit when the last ends.
+
+Standard library only (`http.server`), like the rest of the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final, NoReturn
+
+from mcp_tasks.runtime import contract
+from mcp_tasks.runtime.tool import (
+    CallCancelled,
+    InputRoundsUnavailable,
+    Json,
+    ToolContext,
+    call_main,
+)
+
+Main = Callable[[ToolContext], Json | str]
+
+EXIT_STUCK_CALL: Final = 75
+"""Exit code of a worker that stopped itself because a call ignored its cancel past the grace period."""
+_WATCH_S: Final = 0.1
+_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+_CRASH_TAIL_CHARS: Final = 4096
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call in flight: its cancel flag and the times it must stop by (monotonic seconds)."""
+
+    execution_id: str
+    deadline: float
+    grace_s: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    stop_by: float | None = None
+
+    def cancel(self, now: float) -> None:
+        self.cancelled.set()
+        if self.stop_by is None:
+            self.stop_by = now + self.grace_s
+
+
+class WarmServer(ThreadingHTTPServer):
+    """The worker's HTTP server: `main`, the calls in flight, the concurrency bound."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], main: Main, concurrency: int) -> None:
+        super().__init__(address, _Handler)
+        self.main = main
+        self.concurrency = concurrency
+        self.calls: dict[str, _Call] = {}
+        self.lock = threading.Lock()
+        self.draining = False
+        self.idle = threading.Condition(self.lock)
+
+    def admit(self, call: _Call) -> bool:
+        """Register `call` unless the worker is full, draining or already runs that execution."""
+        with self.lock:
+            if self.draining or len(self.calls) >= self.concurrency or call.execution_id in self.calls:
+                return False
+            self.calls[call.execution_id] = call
+            return True
+
+    def leave(self, call: _Call) -> None:
+        with self.lock:
+            self.calls.pop(call.execution_id, None)
+            self.idle.notify_all()
+
+    def watch(self, parent_pid: int | None) -> NoReturn:
+        """Enforce deadlines and grace periods; exit when the parent (embedded runner) is gone."""
+        while True:
+            time.sleep(_WATCH_S)
+            now = time.monotonic()
+            with self.lock:
+                calls = list(self.calls.values())
+            for call in calls:
+                if now >= call.deadline:
+                    call.cancel(now)
+                if call.stop_by is not None and now >= call.stop_by:
+                    sys.stderr.write(
+                        f"mcp-tasks warm worker: call {call.execution_id} did not stop {call.grace_s:g}s after its "
+                        "cancel or deadline; exiting so that a fresh worker takes the next calls\n"
+                    )
+                    sys.stderr.flush()
+                    os._exit(EXIT_STUCK_CALL)
+            if parent_pid is not None and os.getppid() != parent_pid:
+                os._exit(0)  # the runner that started us is gone: nobody will send calls
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: WarmServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small event lines must not wait for the caller's delayed ACK
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: one line per call would drown the tool's own stderr."""
+
+    def _json(self, status: int, body: Json) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path != contract.PATH_HEALTH:
+            self._json(404, {"message": "not found"})
+            return
+        with self.server.lock:
+            calls, draining = len(self.server.calls), self.server.draining
+        body = {"status": "draining" if draining else "ok", "calls": calls, "concurrency": self.server.concurrency}
+        self._json(503 if draining else 200, body)
+
+    def do_DELETE(self) -> None:
+        prefix = contract.PATH_CALLS + "/"
+        execution_id = self.path[len(prefix) :] if self.path.startswith(prefix) else ""
+        with self.server.lock:
+            call = self.server.calls.get(execution_id)
+        if call is None:
+            self._json(404, {"message": "no such call in flight"})
+            return
+        call.cancel(time.monotonic())
+        self._json(202, {"status": "cancelling"})
+
+    def do_POST(self) -> None:
+        if self.path != contract.PATH_CALLS:
+            self._json(404, {"message": "not found"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+            if not 0 < length <= _MAX_BODY_BYTES:
+                raise ValueError("Content-Length must be between 1 and 64 MiB")
+            body = json.loads(self.rfile.read(length))
+            start, call = _parse_call(body)
+        except (ValueError, TypeError) as exc:
+            self._json(400, {"message": f"not a call: {exc}"})
+            return
+        if not self.server.admit(call):
+            self._json(429, {"message": f"this worker already runs {self.server.concurrency} call(s)"})
+            return
+        try:
+            self._stream(start, body, call)
+        finally:
+            self.server.leave(call)
+
+    def _stream(self, start: Json, body: Json, call: _Call) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        write_lock = threading.Lock()
+
+        def send(event: Json) -> None:
+            line = json.dumps(event).encode() + b"\n"
+            with write_lock:
+                try:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                except OSError:  # the caller is gone: stop the call as a cancel would
+                    call.cancel(time.monotonic())
+
+        ctx = ToolContext(
+            body.get("workerUrl") or None,
+            body.get("workerToken") or None,
+            start=start,
+            events=send,
+            cancelled=call.cancelled,
+        )
+        final: Json
+        try:
+            outcome = call_main(self.server.main, ctx)
+            final = {"event": "result" if "result" in outcome else "error", **outcome}
+        except CallCancelled:
+            final = {"event": "cancelled"}
+        except InputRoundsUnavailable:
+            final = {"event": "inputRequired"}
+        except Exception:
+            text = traceback.format_exc()
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            final = {"event": "crashed", "message": text[-_CRASH_TAIL_CHARS:]}
+        if call.cancelled.is_set() and final["event"] == "crashed":
+            final = {"event": "cancelled"}  # what it raised was the cancel reaching it
+        line = json.dumps(final).encode() + b"\n"
+        with write_lock:
+            try:  # the final event and the end of the stream in one write
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+
+
+def _parse_call(body: object) -> tuple[Json, _Call]:
+    """The `ToolContext` start body and the call record of a `POST /v1/calls` body.
+
+    Raises:
+        ValueError: a field is missing or of the wrong type.
+    """
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    execution_id = body.get("executionId")
+    if not isinstance(execution_id, str) or not execution_id:
+        raise ValueError("executionId must be a non-empty string")
+    arguments = body.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ValueError("arguments must be an object")
+    limit = body.get("maxRunTimeSeconds", 600)
+    grace = body.get("cancelGraceSeconds", 5)
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in (limit, grace)):
+        raise ValueError("maxRunTimeSeconds and cancelGraceSeconds must be numbers")
+    start = {key: body.get(key) for key in ("arguments", "inputResponses", "taskId", "attempt", "inputBeforeTask")}
+    call = _Call(execution_id, deadline=time.monotonic() + float(limit), grace_s=max(float(grace), 0.0))
+    return start, call
+
+
+def serve(main: Main) -> NoReturn:
+    """Serve `main` as a warm worker on `MCPTASKS_SERVE_HOST:MCPTASKS_SERVE_PORT` until SIGTERM.
+
+    `MCPTASKS_SERVE_CONCURRENCY` calls run at once (default 1). On SIGTERM the worker stops taking
+    calls (`/healthz` answers 503), lets the calls in flight finish, then exits 0.
+    """
+    host = os.environ.get(contract.ENV_SERVE_HOST) or "0.0.0.0"
+    port = int(os.environ[contract.ENV_SERVE_PORT])
+    concurrency = max(int(os.environ.get(contract.ENV_SERVE_CONCURRENCY) or 1), 1)
+    parent = os.environ.get(contract.ENV_SERVE_PARENT_PID)
+    server = WarmServer((host, port), main, concurrency)
+
+    def drain(_signum: int, _frame: object) -> None:
+        with server.lock:
+            server.draining = True
+        threading.Thread(target=_exit_when_idle, args=(server,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, drain)
+    threading.Thread(target=server.watch, args=(int(parent) if parent else None,), daemon=True).start()
+    sys.stderr.write(f"mcp-tasks warm worker: serving on {host}:{server.server_address[1]} ({concurrency} at once)\n")
+    sys.stderr.flush()
+    server.serve_forever(poll_interval=0.2)
+    sys.exit(0)
+
+
+def _exit_when_idle(server: WarmServer) -> None:
+    with server.lock:
+        while server.calls:
+            server.idle.wait()
+    server.shutdown()

@@ -1,0 +1,173 @@
+"""The executor's side of a warm call: send one call to a warm worker and follow its event stream.
+
+A warm worker (`runtime.serve`) answers `POST /v1/calls` with NDJSON events (`contract.PATH_CALLS`).
+`WarmCall` sends the call, hands each progress and status event to the execution's channel as the
+worker API would, and ends with the final event. Both executors use it: the embedded runner's pool
+and, on Kubernetes, the gateway calling a warm Deployment's pods. Nothing here writes a store unless
+the execution is a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, TypeGuard
+
+import aiohttp
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runtime import contract
+from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.channel import ChannelError, WorkerChannel
+from mcp_tasks.worker.executions import Execution
+
+logger = logging.getLogger("mcp_tasks.worker")
+
+_MAX_EVENT_BYTES: Final = 80 * 1024 * 1024
+"""Longest event line accepted from a worker, in bytes (a result up to the 64 MiB artifact cap, in JSON)."""
+
+
+class WorkerLost(Exception):
+    """The warm worker could not be reached, or its stream ended before a final event (it died mid-call).
+
+    `delivered` is False when the call never reached the worker (connection refused, 429 full): it is
+    then safe to send the same call to another worker.
+    """
+
+    def __init__(self, message: str, delivered: bool) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+
+@dataclass(frozen=True, slots=True)
+class WarmTarget:
+    """Where a call goes: the worker's base URL (`http://host:port`), and the worker API a call that
+    asks for input reaches it through (`worker_url`, e.g. `http://127.0.0.1:N/v1/executions`), if any.
+    """
+
+    base_url: str
+    worker_url: str | None = None
+
+
+def call_body(tool: ToolSpec, execution: Execution, worker_url: str | None) -> JsonObject:
+    """The `POST /v1/calls` body for `execution` (the fields `GET /input` gives a one-shot run)."""
+    body: JsonObject = {
+        "executionId": execution.execution_id,
+        "arguments": execution.arguments,
+        "inputResponses": execution.pre_input_responses,
+        "taskId": execution.task_id,
+        "attempt": execution.attempt,
+        "maxRunTimeSeconds": tool.execution.max_run_time_seconds
+        if execution.task_id is not None
+        else tool.execution.sync_timeout_seconds,
+        "cancelGraceSeconds": tool.execution.cancel_grace_seconds,
+    }
+    if worker_url is not None:
+        body["workerUrl"] = f"{worker_url}/{execution.execution_id}"
+        body["workerToken"] = execution.token
+    if execution.task_id is not None:
+        unanswered = {
+            key: {"method": spec.method, "params": spec.params}
+            for key, spec in tool.manifest.input_before_task.items()
+            if key not in execution.pre_input_responses
+        }
+        if unanswered:
+            body["inputBeforeTask"] = unanswered
+    return body
+
+
+OnEvent = Callable[[JsonObject], Awaitable[None]]
+
+
+async def send_call(
+    session: aiohttp.ClientSession, target: WarmTarget, body: JsonObject, on_event: OnEvent
+) -> JsonObject:
+    """Send one call and return its final event (`contract.EVENT_FINAL`); others go to `on_event`.
+
+    Raises:
+        WorkerLost: the worker is unreachable, full (429: `delivered` False), or its stream broke off.
+    """
+    try:
+        async with session.post(target.base_url + contract.PATH_CALLS, json=body) as response:
+            if response.status != 200:
+                text = (await response.text())[:500]
+                raise WorkerLost(f"the warm worker answered {response.status}: {text}", delivered=False)
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    raise WorkerLost("the warm worker's stream ended before the call's outcome", delivered=True)
+                event = _decode(line)
+                if event is None:
+                    continue
+                if event.get("event") in contract.EVENT_FINAL:
+                    return event
+                await on_event(event)
+    except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+        raise WorkerLost(f"the warm worker cannot be reached: {exc}", delivered=False) from exc
+    except (aiohttp.ClientError, asyncio.IncompleteReadError, ValueError) as exc:
+        raise WorkerLost(f"the warm worker was lost mid-call: {exc}", delivered=True) from exc
+
+
+def _decode(line: bytes) -> JsonObject | None:
+    if len(line) > _MAX_EVENT_BYTES:
+        raise ValueError("event line too long")
+    text = line.strip()
+    if not text:
+        return None
+    event = json.loads(text)
+    return event if isinstance(event, dict) else None
+
+
+async def cancel_call(session: aiohttp.ClientSession, target: WarmTarget, execution_id: str) -> None:
+    """Ask the worker to stop a call (`DELETE /v1/calls/{id}`); a worker already gone is fine."""
+    try:
+        async with session.delete(f"{target.base_url}{contract.PATH_CALLS}/{execution_id}") as response:
+            await response.read()
+    except (aiohttp.ClientError, OSError) as exc:
+        logger.info("cancel of warm call %s not delivered: %s", execution_id, exc)
+
+
+def channel_events(channel: WorkerChannel, execution: Execution) -> OnEvent:
+    """An `on_event` that applies status and progress events to `execution` as the worker API does."""
+
+    async def apply(event: JsonObject) -> None:
+        kind = event.get("event")
+        try:
+            if kind == "status" and isinstance(event.get("statusMessage"), str):
+                await channel.set_status_message(execution, str(event["statusMessage"]))
+            elif kind == "progress" and _number(event.get("progress")):
+                total = event.get("total")
+                message = event.get("message")
+                await channel.report_progress(
+                    execution,
+                    float(event["progress"]),
+                    float(total) if _number(total) else None,
+                    message if isinstance(message, str) else None,
+                )
+        except ChannelError as exc:
+            logger.info("warm call %s: %s event not applied: %s", execution.execution_id, kind, exc)
+
+    return apply
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+async def apply_final(channel: WorkerChannel, execution: Execution, tool: ToolSpec, final: JsonObject) -> None:
+    """Record a `result` or `error` final event through the channel, as `POST /result` would.
+
+    A result the channel refuses as malformed or off the tool's `outputSchema` (400) becomes an
+    `isError` result saying why, as the one-shot runtime does.
+    """
+    body = {key: value for key, value in final.items() if key != "event"}
+    try:
+        await channel.finish(execution, body)
+    except ChannelError as exc:
+        if exc.status != 400:
+            raise
+        text = f"The tool returned an invalid result: {exc}"
+        await channel.finish(execution, {"result": {"content": [{"type": "text", "text": text}], "isError": True}})

@@ -1,0 +1,169 @@
+"""Warm workers on the embedded default (`spec.warm`): real worker processes of the test tools, a real
+SQLite file and a real socket. A synchronous call costs no process start and no store write; a task
+runs on a worker under the runner's lease; cancel, deadlines, lost workers and input keep their meaning.
+Progress of a synchronous warm call: `test_input_rounds.test_progress_of_a_synchronous_call_streams_on_its_own_post`
+(its conformance fixture is warm)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from typing import Any
+
+import pytest
+
+from mcp_tasks.runner.warm_pool import WarmPool
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp
+
+FORM_CAPS: dict[str, Any] = {"elicitation": {}}
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return str(result["content"][0]["text"])
+
+
+def pid_in(text: str) -> int:
+    match = re.search(r"pid[= ](\d+)", text)
+    assert match, text
+    return int(match.group(1))
+
+
+def pool(embedded: Embedded, tool: str) -> WarmPool:
+    return embedded.runner._pools[tool]
+
+
+async def test_synchronous_calls_share_one_warm_process_and_write_nothing(mcp: McpHttp, embedded: Embedded) -> None:
+    """Two calls, one worker process (no process start per call), and not one task in the store."""
+    first = (await mcp.call_tool("warm_echo", {"text": "one"}, caps=PLAIN_CAPS)).result
+    second = (await mcp.call_tool("warm_echo", {"text": "two"}, caps=PLAIN_CAPS)).result
+    assert text_of(first).startswith("one pid=") and "task=False" in text_of(first)
+    assert pid_in(text_of(first)) == pid_in(text_of(second)) != os.getpid()
+    assert [w.process.pid for w in pool(embedded, "warm_echo").workers] == [pid_in(text_of(first))]
+    assert await embedded.store.count() == 0
+
+
+async def test_the_example_word_stats_is_served_warm(mcp: McpHttp, embedded: Embedded) -> None:
+    reply = (await mcp.call_tool("word_stats", {"text": "to be or not to be"})).result
+    assert reply["resultType"] == "complete"
+    assert reply["structuredContent"]["mostCommon"][0] == {"word": "to", "count": 2}
+    assert pool(embedded, "word_stats").workers, "word_stats has minWorkers: 1"
+    assert await embedded.store.count() == 0
+
+
+async def test_a_task_runs_on_a_warm_worker_under_the_lease(mcp: McpHttp, embedded: Embedded) -> None:
+    sync = text_of((await mcp.call_tool("warm_echo", {"text": "s"}, caps=PLAIN_CAPS)).result)
+    task_id = await mcp.start_task("warm_echo", {"text": "t", "steps": 2})
+    done = await mcp.wait_status(task_id, "completed", "failed")
+    assert done["status"] == "completed", done
+    assert "task=True" in text_of(done["result"])
+    assert pid_in(text_of(done["result"])) == pid_in(sync)
+    record = await embedded.store.get(task_id)
+    assert record.progress is not None and record.progress["progress"] == 2  # progress events reached the task
+
+
+async def test_cancel_reaches_the_warm_call_and_the_worker_lives_on(mcp: McpHttp, embedded: Embedded) -> None:
+    task_id = await mcp.start_task("warm_sleeper", {"seconds": 30})
+    running = await mcp.wait_task(task_id, lambda t: "pid" in t.get("statusMessage", ""))
+    worker_pid = pid_in(running["statusMessage"])
+    await mcp.cancel(task_id)
+    done = await mcp.wait_status(task_id, "cancelled", "completed", "failed")
+    assert done["status"] == "cancelled"
+    after = text_of((await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)).result)
+    assert pid_in(after) == worker_pid, "a cooperative cancel does not cost the worker"
+
+
+async def test_a_call_deaf_to_its_cancel_costs_its_worker_after_the_grace(mcp: McpHttp, embedded: Embedded) -> None:
+    task_id = await mcp.start_task("warm_deaf", {})
+    running = await mcp.wait_task(task_id, lambda t: "pid" in t.get("statusMessage", ""))
+    worker_pid = pid_in(running["statusMessage"])
+    await mcp.cancel(task_id)
+    done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=15)
+    assert done["status"] == "cancelled"
+    async with asyncio.timeout(10):
+        while True:  # the worker was stopped (by its executor, or itself past the grace)
+            try:
+                os.kill(worker_pid, 0)
+            except ProcessLookupError:
+                break
+            await asyncio.sleep(0.05)
+
+
+async def test_a_worker_killed_mid_call_fails_a_task_whose_outcome_is_unknown(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("warm_sleeper", {"seconds": 30})
+    running = await mcp.wait_task(task_id, lambda t: "pid" in t.get("statusMessage", ""))
+    os.kill(pid_in(running["statusMessage"]), signal.SIGKILL)
+    done = await mcp.wait_status(task_id, "failed", "completed", "cancelled")
+    assert done["status"] == "failed"
+    assert "outcome is unknown" in done["statusMessage"]
+    # the pool replaces the worker: the next call is served
+    assert "slept" in text_of((await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)).result)
+
+
+async def test_a_worker_killed_mid_call_reruns_an_idempotent_task(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("warm_sleeper_idempotent", {"seconds": 1.5})
+    running = await mcp.wait_task(task_id, lambda t: "attempt 1" in t.get("statusMessage", ""))
+    os.kill(pid_in(running["statusMessage"]), signal.SIGKILL)
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled", timeout_s=20)
+    assert done["status"] == "completed", done
+    assert text_of(done["result"]).startswith("slept on attempt 2")
+
+
+async def test_a_warm_task_past_its_run_time_is_stopped(mcp: McpHttp, embedded: Embedded) -> None:
+    """warm_short_deadline (`maxRunTimeSeconds: 1`) never looks at its context: it is failed at its deadline,
+    and its worker, which cannot stop the call inside Python, is replaced."""
+    task_id = await mcp.start_task("warm_short_deadline", {})
+    running = await mcp.wait_task(task_id, lambda t: "pid" in t.get("statusMessage", ""))
+    done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=10)
+    assert done["status"] == "failed"
+    assert "exceeded its maximum run time of 1s" in done["statusMessage"]
+    stuck = pid_in(running["statusMessage"])
+    async with asyncio.timeout(10):
+        while stuck in [w.process.pid for w in pool(embedded, "warm_short_deadline").workers]:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_warm_task_asks_for_input_and_takes_the_answer(mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("warm_asker", {"seconds": 0})
+    waiting = await mcp.wait_status(task_id, "input_required")
+    (key,) = waiting["inputRequests"]
+    await mcp.update(task_id, {key: {"action": "accept", "content": {"word": "warm"}}})
+    done = await mcp.wait_status(task_id, "completed", "failed")
+    assert text_of(done["result"]) == "worked on warm"
+
+
+async def test_a_synchronous_warm_call_that_asks_continues_in_input_rounds(mcp: McpHttp, embedded: Embedded) -> None:
+    """SEP-2322 on a warm worker: the run asks, becomes a hidden task held by the runner, and the
+    caller's next round answers the same run (the worker is not restarted)."""
+    first = (await mcp.call_tool("warm_asker", {"seconds": 0}, caps=FORM_CAPS)).result
+    assert first["resultType"] == "input_required"
+    (key,) = first["inputRequests"]
+    answered = (
+        await mcp.call_tool(
+            "warm_asker",
+            {"seconds": 0},
+            caps=FORM_CAPS,
+            extra={
+                "inputResponses": {key: {"action": "accept", "content": {"word": "rounds"}}},
+                "requestState": first["requestState"],
+            },
+        )
+    ).result
+    assert answered["resultType"] == "complete"
+    assert text_of(answered) == "worked on rounds"
+    assert await embedded.store.count() == 1  # the one hidden task
+
+
+async def test_idle_workers_above_the_minimum_stop(mcp: McpHttp, embedded: Embedded) -> None:
+    """warm_sleeper: `minWorkers: 0`, `idleTimeoutSeconds: 1`."""
+    await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)
+    workers = pool(embedded, "warm_sleeper").workers
+    assert len(workers) == 1
+    pid = workers[0].process.pid
+    async with asyncio.timeout(10):
+        while pool(embedded, "warm_sleeper").workers:
+            await asyncio.sleep(0.1)
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
