@@ -317,11 +317,12 @@ class ControlPlane:
         )
 
 
-def local_tool_manifests(folders: list[Path]) -> list[dict[str, Any]]:
+def local_tool_manifests(folders: list[Path], warm: bool = True) -> list[dict[str, Any]]:
     """The McpTools in `folders`, with `container.workingDir` set to their folder.
 
     In a pod the working directory comes from the image; a `--runner local` gateway runs the command on
-    this machine, so the manifests name the folder that holds the tool's script.
+    this machine, so the manifests name the folder that holds the tool's script. `warm=False` drops
+    `spec.warm`: a namespace per test must not start a Deployment of workers for every warm tool.
     """
     documents: list[dict[str, Any]] = []
     for folder in folders:
@@ -329,6 +330,8 @@ def local_tool_manifests(folders: list[Path]) -> list[dict[str, Any]]:
             for document in yaml.safe_load_all(path.read_text()):
                 if document:
                     document["spec"]["container"].setdefault("workingDir", str(folder.resolve()))
+                    if not warm:
+                        document["spec"].pop("warm", None)
                     documents.append(document)
     return documents
 

@@ -65,11 +65,12 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane) -> str:
-    """A fresh namespace with the test, conformance and example McpTools applied."""
+    """A fresh namespace with the test, conformance and example McpTools applied (without `spec.warm`:
+    `tests/kube/test_warm_tools.py` declares the warm ones it needs)."""
     name = f"t-{secrets.token_hex(4)}"
     control_plane.kubectl("create", "namespace", name)
     control_plane.kubectl(
-        "apply", "-n", name, "-f", "-", input_text=yaml.safe_dump_all(local_tool_manifests(list(TOOL_DIRS)))
+        "apply", "-n", name, "-f", "-", input_text=yaml.safe_dump_all(local_tool_manifests(list(TOOL_DIRS), warm=False))
     )
     return name
 

@@ -1,0 +1,230 @@
+"""Warm tools on the real control plane: the operator runs a Deployment and a Service per warm McpTool
+(the process node runs its pods as local processes, with readiness probes), and the gateway sends
+synchronous calls straight to the ready workers: no McpTask, no Job, no API write, asserted by watching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client import ApiClient, BatchV1Api, CustomObjectsApi
+
+from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
+from tests.conftest import PLAIN_CAPS, REPO
+from tests.controlplane.cluster import ControlPlane, local_tool_manifests
+from tests.kube.conftest import Gateways, Operators, client
+
+WAIT_S = 60.0
+FORM_CAPS: dict[str, Any] = {"elicitation": {}}
+
+
+def kube_json(plane: ControlPlane, namespace: str, *what: str) -> Any:
+    return json.loads(plane.kubectl("get", *what, "-n", namespace, "-o", "json"))
+
+
+def apply_warm(plane: ControlPlane, namespace: str, *names: str) -> None:
+    """Apply the named McpTools of tests/tools and examples/tools with their `spec.warm`."""
+    documents = [
+        document
+        for document in local_tool_manifests([REPO / "tests" / "tools", REPO / "examples" / "tools"])
+        if document["metadata"]["name"] in names
+    ]
+    assert len(documents) == len(names)
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(documents))
+
+
+def endpoints(plane: ControlPlane, namespace: str, mcptool: str) -> list[str]:
+    status = kube_json(plane, namespace, "mcptool", mcptool).get("status") or {}
+    return list((status.get("warm") or {}).get("endpoints") or [])
+
+
+async def until(predicate: Any, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(interval_s)
+
+
+def exists(plane: ControlPlane, namespace: str, *what: str) -> bool:
+    return bool(plane.kubectl("get", *what, "-n", namespace, "--ignore-not-found", "-o", "name").strip())
+
+
+@pytest.fixture
+async def warm_namespace(control_plane: ControlPlane, namespace: str) -> AsyncIterator[str]:
+    """The test's namespace, deleted afterwards so that the process node stops its warm workers."""
+    try:
+        yield namespace
+    finally:
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+async def test_the_operator_runs_a_warm_tools_workers_and_follows_its_mcptool(
+    operators: Operators, control_plane: ControlPlane, warm_namespace: str
+) -> None:
+    """Deployment + Service owned by the McpTool, updated on edit, an HPA with `autoscaling`, all gone
+    when the McpTool stops being warm; `status.warm` lists the ready pods."""
+    namespace = warm_namespace
+    apply_warm(control_plane, namespace, "warm-echo")
+    operators.start()
+    await until(lambda: len(endpoints(control_plane, namespace, "warm-echo")) == 1)
+    deployment = kube_json(control_plane, namespace, "deployment", "mcptool-warm-echo")
+    (owner,) = deployment["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("McpTool", "warm-echo", True)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["MCPTASKS_SERVE_CONCURRENCY"] == "2" and container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    service = kube_json(control_plane, namespace, "service", "mcptool-warm-echo")
+    assert service["spec"]["ports"][0]["targetPort"] == "calls"
+    status = kube_json(control_plane, namespace, "mcptool", "warm-echo")["status"]["warm"]
+    assert status["readyWorkers"] == 1 and status["service"] == f"mcptool-warm-echo.{namespace}.svc:8080"
+
+    patch = {"spec": {"warm": {"concurrency": 3, "autoscaling": {"targetCPUUtilizationPercentage": 50}}}}
+    control_plane.kubectl("patch", "mcptool", "warm-echo", "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+
+    def concurrency() -> str:
+        found = kube_json(control_plane, namespace, "deployment", "mcptool-warm-echo")
+        (tool,) = found["spec"]["template"]["spec"]["containers"]
+        return str({item["name"]: item["value"] for item in tool["env"]}["MCPTASKS_SERVE_CONCURRENCY"])
+
+    await until(lambda: concurrency() == "3" and exists(control_plane, namespace, "hpa", "mcptool-warm-echo"))
+    hpa = kube_json(control_plane, namespace, "hpa", "mcptool-warm-echo")
+    assert hpa["spec"]["maxReplicas"] == 2 and hpa["spec"]["scaleTargetRef"]["name"] == "mcptool-warm-echo"
+
+    control_plane.kubectl(
+        "patch", "mcptool", "warm-echo", "-n", namespace, "--type=json", "-p", '[{"op":"remove","path":"/spec/warm"}]'
+    )
+    await until(
+        lambda: (
+            not any(
+                exists(control_plane, namespace, kind, "mcptool-warm-echo") for kind in ("deployment", "service", "hpa")
+            )
+        )
+    )
+
+
+async def watch_writes(api: ApiClient, namespace: str, seen: list[str], started: asyncio.Event) -> None:
+    """Record every McpTask and Job event in `namespace` (a write of either shows up here)."""
+    objects, jobs = CustomObjectsApi(api), BatchV1Api(api)
+
+    async def follow(list_call: Any, *args: Any) -> None:
+        listed = api.sanitize_for_serialization(await list_call(*args))
+        version = listed["metadata"]["resourceVersion"]
+        async with watch.Watch().stream(list_call, *args, resource_version=version, timeout_seconds=120) as stream:
+            ready.append(True)
+            if len(ready) == 2:
+                started.set()
+            async for event in stream:
+                seen.append(f"{event['type']} {list_call.__name__}")
+
+    ready: list[bool] = []
+    await asyncio.gather(
+        follow(objects.list_namespaced_custom_object, GROUP, VERSION, namespace, TASK_PLURAL),
+        follow(jobs.list_namespaced_job, namespace),
+    )
+
+
+async def test_synchronous_calls_reach_the_warm_workers_without_an_api_write(
+    operators: Operators,
+    gateways: Gateways,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    api_client: ApiClient,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    namespace = warm_namespace
+    apply_warm(control_plane, namespace, "warm-echo", "word-stats")
+    operators.start()
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    await until(lambda: bool(catalog.warm_endpoints("warm_echo") and catalog.warm_endpoints("word_stats")))
+    seen: list[str] = []
+    started = asyncio.Event()
+    watcher = asyncio.create_task(watch_writes(api_client, namespace, seen, started))
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        mcp = client(http_session, gateway)
+        replies = [(await mcp.call_tool("warm_echo", {"text": f"n{i}"}, caps=PLAIN_CAPS)).result for i in range(5)]
+        stats = (await mcp.call_tool("word_stats", {"text": "a b a"})).result
+        await asyncio.sleep(1.0)  # any write would have reached the watch by now
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    texts = [reply["content"][0]["text"] for reply in replies]
+    assert [text.split()[0] for text in texts] == [f"n{i}" for i in range(5)]
+    assert len({text.split("pid=")[1].split()[0] for text in texts}) == 1, "one warm process served them all"
+    assert stats["structuredContent"]["words"] == 3
+    assert seen == [], f"synchronous warm calls wrote to the API: {seen}"
+    assert kube_json(control_plane, namespace, "mcptasks")["items"] == []
+
+
+def worker_pids(tool: str) -> list[int]:
+    """Local processes of `tools.py <tool>` (the process node runs pods as local processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tools.py" in argv and tool.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_warm_worker_killed_mid_call_and_input_on_a_warm_tool(
+    operators: Operators,
+    gateways: Gateways,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """A worker killed mid-call: that call ends with a tool error, the Deployment replaces the pod and
+    the next call is served. A call that asks for input: an idempotent tool continues as a hidden task
+    in input rounds, another one gets an error saying why."""
+    namespace = warm_namespace
+    apply_warm(control_plane, namespace, "warm-sleeper", "warm-asker", "warm-asker-idempotent")
+    operators.start()
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    tools = ("warm_sleeper", "warm_asker", "warm_asker_idempotent")
+    await until(lambda: all(catalog.warm_endpoints(tool) for tool in tools))
+    mcp = client(http_session, gateway)
+
+    call = asyncio.create_task(mcp.call_tool("warm_sleeper", {"seconds": 20}, caps=PLAIN_CAPS))
+    await until(lambda: bool(worker_pids("warm_sleeper")))
+    await asyncio.sleep(1.0)  # the call is in flight on that worker
+    (pid,) = worker_pids("warm_sleeper")
+    os.kill(pid, signal.SIGKILL)
+    lost = (await call).result
+    assert lost["isError"] is True and "lost mid-call" in lost["content"][0]["text"]
+    await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")) and worker_pids("warm_sleeper") not in ([], [pid]))
+    again = (await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)).result
+    assert again["content"][0]["text"].startswith("slept on attempt 1")
+
+    refused = (await mcp.call_tool("warm_asker", {}, caps=FORM_CAPS)).result
+    assert refused["isError"] is True and "not declared idempotent" in refused["content"][0]["text"]
+
+    first = (await mcp.call_tool("warm_asker_idempotent", {}, caps=FORM_CAPS)).result
+    assert first["resultType"] == "input_required", first
+    (key,) = first["inputRequests"]
+    answer = {key: {"action": "accept", "content": {"word": "kube"}}}
+    done = (
+        await mcp.call_tool(
+            "warm_asker_idempotent",
+            {},
+            caps=FORM_CAPS,
+            extra={"inputResponses": answer, "requestState": first["requestState"]},
+        )
+    ).result
+    assert done["content"][0]["text"] == "worked on kube"
