@@ -75,6 +75,19 @@ if [[ "$MODE" == kubernetes ]]; then
     > "$DATA/operator.log" 2>&1 &
   OPERATOR=$!
   for _ in $(seq 300); do grep -q "(reconciling)" "$DATA/operator.log" && break; sleep 0.2; done
+  # The sync fixtures are warm (spec.warm): wait until each has a ready worker, so the scenarios run on them
+  # (until then a call would run as a hidden task on a Job, which is right, but not what this run checks).
+  .venv/bin/python - "$KUBECONFIG_FILE" <<'EOF'
+import json, subprocess, sys, time
+from tests.controlplane.cluster import testbin_dir
+kubectl = [str(testbin_dir() / "kubectl"), "--kubeconfig", sys.argv[1], "-n", "conformance", "get", "mcptools", "-o", "json"]
+deadline, cold = time.monotonic() + 90, ["?"]
+while cold and time.monotonic() < deadline:
+    warm = [t for t in json.loads(subprocess.check_output(kubectl))["items"] if t["spec"].get("warm")]
+    cold = [t["metadata"]["name"] for t in warm if not ((t.get("status") or {}).get("warm") or {}).get("readyWorkers")]
+    time.sleep(0 if not cold else 0.5)
+print(f"conformance: warm fixtures not ready after 90 s: {cold}" if cold else f"conformance: {len(warm)} warm fixtures ready")
+EOF
   .venv/bin/mcptasks gateway --kubeconfig "$KUBECONFIG_FILE" --namespace conformance \
     --data-dir "$DATA" --port "$PORT" --log-level WARNING > "$DATA/server.log" 2>&1 &
 else
