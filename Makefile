@@ -46,12 +46,14 @@ test: lint typecheck pytest conformance
 
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.warm
 
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
 bench-kubernetes: install controlplane
 	$(BIN)/python -m bench.kubernetes
 	$(BIN)/python -m bench.expiry
 	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.warm --kubernetes
 
 clean:
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache conformance-results
