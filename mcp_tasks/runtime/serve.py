@@ -41,6 +41,7 @@ Main = Callable[[ToolContext], Json | str]
 EXIT_STUCK_CALL: Final = 75
 """Exit code of a worker that stopped itself because a call ignored its cancel past the grace period."""
 _WATCH_S: Final = 0.1
+_IDLE_WATCH_S: Final = 1.0
 _MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _CRASH_TAIL_CHARS: Final = 4096
 
@@ -92,7 +93,9 @@ class WarmServer(ThreadingHTTPServer):
     def watch(self, parent_pid: int | None) -> NoReturn:
         """Enforce deadlines and grace periods; exit when the parent (embedded runner) is gone."""
         while True:
-            time.sleep(_WATCH_S)
+            with self.lock:
+                busy = bool(self.calls)
+            time.sleep(_WATCH_S if busy else _IDLE_WATCH_S)  # idle: only the parent to watch
             now = time.monotonic()
             with self.lock:
                 calls = list(self.calls.values())

@@ -236,7 +236,11 @@ def mcptool_crd() -> JsonObject:
     tool_conditions["x-kubernetes-list-type"] = "map"
     tool_conditions["x-kubernetes-list-map-keys"] = ["type"]
     tool_conditions["maxItems"] = 8
-    schema = _root("A tool that MCP clients may call; runs as a Job of `spec.container.image`.", spec, status)
+    schema = _root(
+        "A tool that MCP clients may call; runs as a Job of `spec.container.image`, or on warm workers (`spec.warm`).",
+        spec,
+        status,
+    )
     columns = [
         _column("Tool", ".spec.name"),
         _column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="served by the gateways"),
