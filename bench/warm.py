@@ -158,9 +158,10 @@ def warm_workers() -> list[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 cmdline = (entry / "cmdline").read_bytes()
-                if b"from mcp_tasks.runtime import run" in cmdline and b"MCPTASKS_SERVE_PORT=" in (
-                    entry / "environ"
-                ).read_bytes():
+                if (
+                    b"from mcp_tasks.runtime import run" in cmdline
+                    and b"MCPTASKS_SERVE_PORT=" in (entry / "environ").read_bytes()
+                ):
                     found.append(int(entry.name))
     return found
 

@@ -14,6 +14,7 @@ import logging
 import random
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 
 import kopf
 from aiohttp import web
@@ -21,7 +22,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from mcp_tasks.cli.gateway import api_error, connect
-from mcp_tasks.cli.serve import start_metrics
+from mcp_tasks.cli.serve import load_request_state_key, start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
@@ -30,6 +31,7 @@ from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.peering import ActivePeer
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.tool_status import write_tool_statuses
+from mcp_tasks.operator.warm_tasks import WarmTaskRunner, worker_key
 from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
@@ -37,7 +39,7 @@ from mcp_tasks.store.kubernetes.client import close_api_client
 from mcp_tasks.tasks.interfaces import add_write_observer, utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
-from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.executions import ChainedLookup, Execution
 
 logger = logging.getLogger("mcp_tasks.cli")
 
@@ -94,6 +96,7 @@ async def operator(settings: Settings) -> None:
     recorder: EventRecorder | None = None
     stop_observing: Callable[[], None] | None = None
     background: list[asyncio.Task[None]] = []
+    warm_tasks: WarmTaskRunner | None = None
     try:
         try:
             await store.open()
@@ -104,13 +107,26 @@ async def operator(settings: Settings) -> None:
                 f"cannot watch McpTasks/McpTools in namespace {namespace!r}: {api_error(exc)} "
                 "(does the namespace exist? CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
             ) from exc
-        executions = TaskExecutions(PodIdentity(api, namespace, store), store, catalog)
+        job_executions = TaskExecutions(PodIdentity(api, namespace, store), store, catalog)
         recorder = EventRecorder(api, namespace, store)
         recorder.start()
         stop_observing = add_write_observer(recorder.observe)
         reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
         store.add_change_listener(reconciler.queue.add)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
+        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s)
+        warm_tasks = WarmTaskRunner(
+            store,
+            catalog,
+            artifacts,
+            utc_now,
+            replace(settings.runner, inline_result_max_bytes=config.inline_result_max_bytes),
+            config.pod_worker_url,
+            worker_key(load_request_state_key(settings.serve.data_dir.resolve())),
+            lambda task_id: reconciler.children.job(task_id) is not None,
+            warm_tools.kill_pod,
+        )
+        executions = ChainedLookup(warm_tasks, job_executions)
 
         def tool_running(execution: Execution) -> None:
             if execution.task_id is not None:
@@ -135,7 +151,7 @@ async def operator(settings: Settings) -> None:
             print(f"mcp-tasks operator: active in namespace {namespace} (reconciling)", flush=True)
 
         peer = ActivePeer(api, namespace, config.peering, priority, activate)
-        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s)
+        await warm_tasks.start()
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
             asyncio.create_task(warm_tools.run(), name="warm-tools"),
@@ -156,6 +172,8 @@ async def operator(settings: Settings) -> None:
             stop_flag=stop,
         )
     finally:
+        if warm_tasks is not None:
+            await warm_tasks.aclose()
         for task in background:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -4,10 +4,11 @@ No McpTask, no Job, no API write: the gateway picks one of the ready workers its
 lists (round robin; the gateway balances itself, so kept-alive connections do not pin it to one pod the
 way a ClusterIP Service would), sends the call (`worker.warm.send_call`) and answers with the outcome,
 progress reaching the client on the way. Everything else goes to `fallback`, the executor that runs a
-call as a hidden task on a Job: tools without `spec.warm`, a warm tool with no ready worker (just
-deployed, scaled away) or whose workers all refuse the call, and a call that asks for input mid-run. The
-warm worker cannot hold such a call for input rounds, so an `idempotent` tool is run again from the
-start as a hidden task, which can; a tool not declared idempotent gets a tool error saying so.
+call as a hidden task (which the operator runs on a warm pod under its lease, or as a Job for a tool that
+is not warm): tools without `spec.warm`, a warm tool with no ready worker (just deployed, scaled away) or
+whose workers all refuse the call, and a call that asks for input mid-run. This call cannot be held for
+input rounds, so an `idempotent` tool is run again from the start as a hidden task, which can; a tool not
+declared idempotent gets a tool error saying so.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ What the plan holds, by the state of the task:
 - unfinished with `ttlMs` within half its retention of its end (the tool's `ttlMs`, or a hidden task's
   own), and the last renewal `MIN_RENEWAL_INTERVAL_S` ago: `RenewTtl` first (SEP-2663: ttlMs may
   change); otherwise look again when it will be.
+- no Job and held by a warm runner (its tool is warm, or another executor holds a live lease): nothing;
+  the operator's warm runner (`operator.warm_tasks`) runs it, renews it and applies the restart rules.
 - a Job exists but the task never counted a run: `CountAttempt` first.
 - abandoned (a hidden task nobody watches) or `spec.cancelRequested`: `DeleteJob`, then `Cancel` once
   no pod runs (confirmed).
@@ -155,6 +157,9 @@ def decide(
     """
     if record.status.is_terminal:
         return _finished(record, job, now)
+    if job is None and _warm_held(record, tool, now):
+        live = record.lease is not None and record.lease.expires_at > now
+        return Plan((), _after([record.lease.expires_at] if live and record.lease else [], now))
     deadlines: list[datetime] = []
     first: tuple[Action, ...] = ()
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
@@ -280,6 +285,16 @@ def _deleting(obj: JsonObject) -> bool:
 
 def _created(pod: JsonObject) -> str:
     return str(pod["metadata"].get("creationTimestamp") or "")
+
+
+def _warm_held(record: TaskRecord, tool: ToolSpec | None, now: datetime) -> bool:
+    """Whether a task without a Job is the warm runner's: its tool is warm, or a live lease holds it
+    (a run that started warm keeps its executor if its McpTool stops being warm; an expired lease of a
+    tool no longer warm is a lost run, decided below like a lost Job).
+    """
+    if record.lease is not None:
+        return record.lease.expires_at > now or (tool is not None and tool.warm is not None)
+    return tool is not None and tool.warm is not None
 
 
 def _after(deadlines: list[datetime], now: datetime) -> float | None:

@@ -85,6 +85,16 @@ class WarmTools:
         self._pods: dict[str, dict[str, str | None]] = {}  # McpTool name → pod name → endpoint (None: not ready)
         self._wake = asyncio.Event()
 
+    async def kill_pod(self, base_url: str) -> None:
+        """Delete, at once, the warm pod serving at `base_url` (`http://ip:port`); its Deployment replaces it."""
+        address = base_url.removeprefix("http://").rsplit(":", 1)[0]
+        listed = await self._core.list_namespaced_pod(self.namespace, label_selector=WARM_SELECTOR)
+        for pod in listed.items:
+            if pod.status is not None and pod.status.pod_ip == address:
+                with contextlib.suppress(ApiException):
+                    await self._core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+                    logger.warning("deleted warm pod %s: a call on it did not stop", pod.metadata.name)
+
     def pod_event(self, kind: str, pod: JsonObject) -> None:
         """A warm pod changed (a kopf watch event): note whether it takes calls, and wake the loop."""
         metadata = pod.get("metadata") or {}

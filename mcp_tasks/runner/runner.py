@@ -35,7 +35,7 @@ from mcp_tasks.observability.logs import bind_task, task_context
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
-from mcp_tasks.runner.warm_pool import WarmPool, WarmRun, WarmUnavailable
+from mcp_tasks.runner.warm_pool import WarmPool, WarmRun, WarmUnavailable, WarmWorkers
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -172,8 +172,9 @@ class LocalRunner:
         self._base_url = ""
         self._port = 0
         self._capacity_freed = asyncio.Event()
-        self._pools: dict[str, WarmPool] = {}  # tool name → its warm workers (`spec.warm`)
+        self._pools: dict[str, WarmWorkers] = {}  # tool name → its warm workers (`spec.warm`)
         self._session: aiohttp.ClientSession | None = None  # calls to warm workers
+        self._pool_starts: set[asyncio.Task[None]] = set()
         # Where runs survive this process: the worker port (tools keep calling it) and each run's stderr
         # file; with the persisted worker key (tokens a restarted runner can verify) runs are adoptable.
         # Without a state folder a temporary folder holds the stderr files and the key lives in memory.
@@ -261,14 +262,20 @@ class LocalRunner:
 
     # ---------------------------------------------------------------- runs: a process, or a warm call
 
-    def _pool(self, tool: ToolSpec) -> WarmPool:
+    def _pool(self, tool: ToolSpec) -> WarmWorkers:
         """The warm pool of `tool` (`spec.warm`), started on first use."""
         pool = self._pools.get(tool.name)
         if pool is None:
-            assert self._session is not None, "start() first"
-            pool = self._pools[tool.name] = WarmPool(tool, self._session, self._runs_dir)
-            asyncio.get_running_loop().create_task(pool.start())
+            pool = self._pools[tool.name] = self._new_pool(tool)
+            starting = asyncio.get_running_loop().create_task(pool.start())
+            self._pool_starts.add(starting)
+            starting.add_done_callback(self._pool_starts.discard)
         return pool
+
+    def _new_pool(self, tool: ToolSpec) -> WarmWorkers:
+        """Local worker processes of `tool` (the operator's warm runner uses its pods instead)."""
+        assert self._session is not None, "start() first"
+        return WarmPool(tool, self._session, self._runs_dir)
 
     def _new_run(self, tool: ToolSpec, execution: Execution, acquire_timeout_s: float | None) -> ToolRun:
         """How `execution` runs: a call on one of the tool's warm workers, or a process of its own."""
@@ -386,11 +393,15 @@ class LocalRunner:
             await first_of(more, self._capacity_freed.wait())
             self._capacity_freed.clear()
 
+    async def _runnable(self, capacity: int) -> list[TaskRecord]:
+        """Up to `capacity` tasks to claim now: unfinished, without a live lease, oldest first."""
+        return list(await self.store.list_runnable(self.clock(), capacity))
+
     async def _claim_runnable(self) -> None:
         capacity = self.settings.max_concurrent_tasks - self._running_tasks
         if capacity <= 0:
             return
-        for record in await self.store.list_runnable(self.clock(), capacity):
+        for record in await self._runnable(capacity):
             if record.task_id in self._supervisors:
                 continue
             with task_context(record.task_id, record.tool):

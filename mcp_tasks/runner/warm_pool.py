@@ -15,9 +15,10 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import aiohttp
 
@@ -57,6 +58,42 @@ FAILED_STARTS_LIMIT: Final = 3
 
 class WarmUnavailable(OSError):
     """No warm worker could take the call: the tool's workers fail to start, or none freed up in time."""
+
+
+class WorkerSlot(Protocol):
+    """A warm worker a call was given a slot on."""
+
+    @property
+    def base_url(self) -> str:
+        """`http://host:port` of the worker."""
+        ...
+
+
+class WarmWorkers(Protocol):
+    """Where a tool's warm calls get a slot: the embedded `WarmPool`, or `EndpointPool` (Kubernetes pods)."""
+
+    tool: ToolSpec
+    session: aiohttp.ClientSession
+
+    async def start(self) -> None:
+        """Start whatever keeps the workers (none for pods)."""
+        ...
+
+    async def acquire(self, timeout_s: float | None) -> WorkerSlot:
+        """A worker with a free slot, counted as taken. Raises `WarmUnavailable`."""
+        ...
+
+    async def release(self, worker: WorkerSlot) -> None:
+        """Free the slot `acquire` gave."""
+        ...
+
+    async def kill(self, worker: WorkerSlot) -> None:
+        """Stop `worker` at once (a call on it ignored its cancel past the grace period)."""
+        ...
+
+    async def aclose(self, grace_s: float) -> None:
+        """Stop the workers this pool started, if any."""
+        ...
 
 
 def _free_port() -> int:
@@ -167,15 +204,17 @@ class WarmPool:
                     async with asyncio.timeout(min(remaining, 1.0) if remaining is not None else 1.0):
                         await self._changed.wait()
 
-    async def release(self, worker: WarmWorker) -> None:
+    async def release(self, worker: WorkerSlot) -> None:
         """A call on `worker` ended: its slot is free again."""
+        assert isinstance(worker, WarmWorker)
         async with self._changed:
             worker.calls = max(worker.calls - 1, 0)
             worker.last_used = self._now()
             self._changed.notify_all()
 
-    async def kill(self, worker: WarmWorker) -> None:
+    async def kill(self, worker: WorkerSlot) -> None:
         """Stop `worker` at once (a call on it ignored its cancel); the pool replaces it."""
+        assert isinstance(worker, WarmWorker)
         logger.warning("tool %s: killing warm worker pid %s (a call did not stop)", self.tool.name, worker.process.pid)
         await worker.process.stop(0)
 
@@ -308,6 +347,84 @@ class WarmPool:
             await asyncio.sleep(MAINTAIN_INTERVAL_S)
 
 
+@dataclass(slots=True, eq=False)
+class RemoteWorker:
+    """One warm pod as a slot holder: its address and the calls this process runs on it now."""
+
+    base_url: str
+    calls: int = 0
+
+
+class EndpointPool:
+    """The warm workers of one tool that run elsewhere (a warm Deployment's ready pods, Kubernetes).
+
+    Args:
+        tool: the tool (`tool.warm` set; `concurrency` bounds the calls this process puts on one pod).
+        session: the HTTP session calls use.
+        endpoints: the ready workers' `host:port`, as of now (the McpTool's `status.warm.endpoints`).
+        kill: stops the pod at an address (`http://host:port`); its Deployment replaces it.
+    """
+
+    def __init__(
+        self,
+        tool: ToolSpec,
+        session: aiohttp.ClientSession,
+        endpoints: Callable[[], Sequence[str]],
+        kill: Callable[[str], Awaitable[None]],
+    ) -> None:
+        assert tool.warm is not None
+        self.tool = tool
+        self.session = session
+        self._endpoints = endpoints
+        self._kill = kill
+        self._workers: dict[str, RemoteWorker] = {}
+        self._changed = asyncio.Condition()
+
+    async def start(self) -> None:
+        """Nothing to start: the Deployment runs the workers."""
+
+    async def acquire(self, timeout_s: float | None) -> WorkerSlot:
+        """The least busy ready pod below `concurrency` calls; waits (checking twice a second) for one.
+
+        Raises:
+            WarmUnavailable: none freed up or became ready within `timeout_s` seconds.
+        """
+        assert self.tool.warm is not None
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        async with self._changed:
+            while True:
+                ready = [self._workers.setdefault(e, RemoteWorker(f"http://{e}")) for e in self._endpoints()]
+                free = [w for w in ready if w.calls < self.tool.warm.concurrency]
+                if free:
+                    worker = min(free, key=lambda w: w.calls)
+                    worker.calls += 1
+                    return worker
+                if deadline is not None and loop.time() >= deadline:
+                    raise WarmUnavailable(
+                        f"no warm worker of tool {self.tool.name!r} could take the call within {timeout_s:g}s "
+                        f"({len(ready)} ready; kubectl get deploy -l app.kubernetes.io/component=warm-worker)"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await self._changed.wait()
+
+    async def release(self, worker: WorkerSlot) -> None:
+        """Free the slot."""
+        assert isinstance(worker, RemoteWorker)
+        async with self._changed:
+            worker.calls = max(worker.calls - 1, 0)
+            self._changed.notify_all()
+
+    async def kill(self, worker: WorkerSlot) -> None:
+        """Stop the pod (a call on it ignored its cancel past the grace period)."""
+        logger.warning("tool %s: stopping warm pod %s (a call did not stop)", self.tool.name, worker.base_url)
+        await self._kill(worker.base_url)
+
+    async def aclose(self, grace_s: float) -> None:
+        """Nothing to stop: the pods are the Deployment's."""
+
+
 class WarmRun:
     """One call of `execution` on a pool's worker, with the interface of a `ToolProcess`.
 
@@ -319,7 +436,7 @@ class WarmRun:
 
     def __init__(
         self,
-        pool: WarmPool,
+        pool: WarmWorkers,
         execution: Execution,
         channel: WorkerChannel,
         worker_api_url: str,
@@ -332,7 +449,7 @@ class WarmRun:
         self.worker_api_url = worker_api_url
         self.acquire_timeout_s = acquire_timeout_s
         self.worker_lost = False
-        self._worker: WarmWorker | None = None
+        self._worker: WorkerSlot | None = None
         self._call: asyncio.Task[int | None] | None = None
         self._tail = ""
 

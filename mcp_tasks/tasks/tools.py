@@ -77,9 +77,9 @@ class WarmSpec(_Spec):
     """`spec.warm`: the tool is served by warm workers, long-lived processes that take calls one after another.
 
     Without it every run starts its own process (embedded) or Job (Kubernetes). With it, synchronous calls
-    go to a warm worker: no process start, and on Kubernetes no McpTask, Job or API write. Embedded, the
-    tool's tasks run on warm workers too, each under the runner's lease; on Kubernetes they keep one Job
-    each (docs/design.md §Warm tools).
+    go to a warm worker: no process start, and on Kubernetes no McpTask, Job or API write. Its tasks run on
+    warm workers too, each under the runner's (embedded) or the operator's (Kubernetes) lease
+    (docs/design.md §16).
     """
 
     concurrency: int = Field(1, ge=1, le=256)

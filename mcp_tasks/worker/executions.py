@@ -124,3 +124,25 @@ class ExecutionTable:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+class ChainedLookup:
+    """Several `ExecutionLookup`s asked in turn; the first one that knows the execution answers.
+
+    The operator's worker API serves Job pods (`TaskExecutions`) and warm pods (`WarmTaskRunner`) on one port.
+    """
+
+    def __init__(self, *lookups: ExecutionLookup) -> None:
+        self.lookups = lookups
+
+    async def resolve(self, execution_id: str, token: str) -> Execution | None:
+        """`ExecutionLookup`: the first lookup's execution, or `None` when none knows it.
+
+        Raises:
+            ExecutionPending: from the lookup that knows it.
+        """
+        for lookup in self.lookups:
+            found = await lookup.resolve(execution_id, token)
+            if found is not None:
+                return found
+        return None

@@ -31,7 +31,9 @@ def pid_in(text: str) -> int:
 
 
 def pool(embedded: Embedded, tool: str) -> WarmPool:
-    return embedded.runner._pools[tool]
+    found = embedded.runner._pools[tool]
+    assert isinstance(found, WarmPool)
+    return found
 
 
 async def test_synchronous_calls_share_one_warm_process_and_write_nothing(mcp: McpHttp, embedded: Embedded) -> None:

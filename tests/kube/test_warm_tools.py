@@ -228,3 +228,44 @@ async def test_a_warm_worker_killed_mid_call_and_input_on_a_warm_tool(
         )
     ).result
     assert done["content"][0]["text"] == "worked on kube"
+
+
+async def test_tasks_of_a_warm_tool_run_on_its_pods_under_the_lease(
+    operators: Operators,
+    gateways: Gateways,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """No Job: the operator's warm runner claims the McpTask (`status.lease`), runs it on the warm pod,
+    asks its input through the worker API, and stops it on `tasks/cancel`."""
+    namespace = warm_namespace
+    apply_warm(control_plane, namespace, "warm-echo", "warm-sleeper", "warm-asker")
+    operators.start()
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    await until(lambda: all(catalog.warm_endpoints(tool) for tool in ("warm_echo", "warm_sleeper", "warm_asker")))
+    mcp = client(http_session, gateway)
+
+    sync_pid = (await mcp.call_tool("warm_echo", {"text": "s"}, caps=PLAIN_CAPS)).result["content"][0]["text"]
+    task_id = await mcp.start_task("warm_echo", {"text": "t", "steps": 1})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
+    assert done["status"] == "completed", done
+    text = done["result"]["content"][0]["text"]
+    assert "task=True" in text and text.split("pid=")[1].split()[0] == sync_pid.split("pid=")[1].split()[0]
+    assert kube_json(control_plane, namespace, "mcptask", task_id)["status"]["attempt"] == 1
+
+    sleeping = await mcp.start_task("warm_sleeper", {"seconds": 60})
+    await mcp.wait_task(sleeping, lambda t: "pid" in t.get("statusMessage", ""), timeout_s=WAIT_S)
+    assert kube_json(control_plane, namespace, "mcptask", sleeping)["status"]["lease"]["holder"]
+    await mcp.cancel(sleeping)
+    cancelled = await mcp.wait_status(sleeping, "cancelled", "completed", "failed", timeout_s=WAIT_S)
+    assert cancelled["status"] == "cancelled"
+
+    asking = await mcp.start_task("warm_asker", {"seconds": 0})
+    waiting = await mcp.wait_status(asking, "input_required", timeout_s=WAIT_S)
+    (key,) = waiting["inputRequests"]
+    await mcp.update(asking, {key: {"action": "accept", "content": {"word": "warm"}}})
+    answered = await mcp.wait_status(asking, "completed", "failed", timeout_s=WAIT_S)
+    assert answered["result"]["content"][0]["text"] == "worked on warm"
+    assert kube_json(control_plane, namespace, "jobs")["items"] == [], "no task of a warm tool got a Job"

@@ -19,7 +19,8 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.record import Lease, TaskRecord
+from mcp_tasks.tasks.tools import WarmSpec
 from tests.unit.manifests import tool_spec
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -27,6 +28,9 @@ SETTINGS = OperatorSettings(start_deadline_s=300)
 TOOL = tool_spec({"image": "example.org/t:1", "command": ["run"]}, maxRunTimeSeconds=600, maxInputWaitSeconds=60)
 IDEMPOTENT = tool_spec({"image": "example.org/t:1", "command": ["run"]}, idempotent=True)
 NO_IMAGE = tool_spec({"command": ["run"]})
+WARM = dataclasses.replace(
+    TOOL, manifest=TOOL.manifest.model_copy(update={"warm": WarmSpec.model_validate({"minWorkers": 1})})
+)
 
 
 def at(seconds: float) -> datetime:
@@ -78,6 +82,40 @@ CASES: list[
 ] = [
     # name, record, job, pods, tool, now (s), actions, Fail reason, confirm (decide again on fresh reads)
     ("new task: create its Job", task(), None, [], TOOL, 1, ["CreateJob"], None, False),
+    ("new task of a warm tool: the warm runner's, no Job", task(), None, [], WARM, 1, [], None, False),
+    (
+        "warm task whose runner's lease expired: still the warm runner's (it applies the restart rules)",
+        task(attempt=1, lease=Lease("op", at(5))),
+        None,
+        [],
+        WARM,
+        10,
+        [],
+        None,
+        False,
+    ),
+    (
+        "a live lease of a tool no longer warm: left to its holder",
+        task(attempt=1, lease=Lease("op", at(30))),
+        None,
+        [],
+        TOOL,
+        10,
+        [],
+        None,
+        False,
+    ),
+    (
+        "an expired lease of a tool no longer warm: a lost run",
+        task(attempt=1, lease=Lease("op", at(5))),
+        None,
+        [],
+        TOOL,
+        10,
+        ["Fail"],
+        "OutcomeUnknown",
+        True,
+    ),
     ("new task of a removed tool", task(), None, [], None, 1, ["Fail"], "ToolRemoved", False),
     ("new task of a tool without image", task(), None, [], NO_IMAGE, 1, ["Fail"], "InvalidTool", False),
     ("running quietly", RUNNING, job(), [pod()], TOOL, 10, [], None, False),
@@ -442,3 +480,9 @@ def test_a_tiny_ttl_is_renewed_at_most_every_half_minute() -> None:
             assert plan.actions == (d.RenewTtl(20),)
             record, writes = transitions.renew_ttl(record, now, 20), writes + 1
     assert writes == 2
+
+
+def test_a_warm_task_held_by_a_lease_is_looked_at_again_when_the_lease_ends() -> None:
+    plan = d.decide(task(attempt=1, lease=Lease("op", at(30))), None, [], TOOL, at(10), SETTINGS)
+    assert plan.actions == () and plan.requeue_after_s == pytest.approx(20)
+    assert d.decide(task(), job(), [pod()], WARM, at(1), SETTINGS).actions, "a Job it already has is still followed"

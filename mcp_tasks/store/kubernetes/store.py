@@ -476,12 +476,20 @@ class KubernetesTaskStore:
         """Ids of the non-terminal McpTasks in the cache (objects are not decoded)."""
         return [name for name, entry in list(self._cache.items()) if not entry.finished]
 
-    async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
-        """Non-terminal tasks with no live lease, oldest first (from the cache)."""
-        runnable = []
+    async def list_runnable(
+        self, now: datetime, limit: int, tools: frozenset[str] | None = None
+    ) -> Sequence[TaskRecord]:
+        """Non-terminal tasks with no live lease, oldest first (from the cache); with `tools`, only tasks of
+        those tools (filtered before anything is decoded: the operator's warm runner asks every second).
+        """
+        runnable: list[TaskRecord] = []
+        if tools is not None and not tools:
+            return runnable
         for name in self.unfinished_ids():
             entry = self._cache.get(name)
             if entry is None:
+                continue
+            if tools is not None and ((entry.obj or {}).get("spec") or {}).get("tool") not in tools:
                 continue
             try:
                 record = self._decode(entry)
