@@ -18,7 +18,7 @@ from typing import Any, Final
 from mcp_tasks.operator.jobs import COMPONENT_LABEL, INSTANCE_LABEL
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
-from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL
+from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL, TOOL_LABEL, label_value
 from mcp_tasks.tasks.tools import ToolSpec
 
 WARM_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "warm-worker"}
@@ -33,14 +33,20 @@ _DNS_LABEL_MAX: Final = 63
 
 
 def warm_name(mcptool: str) -> str:
-    """The Deployment/Service/HPA name of McpTool `mcptool`: `mcptool-<name>`, a DNS-1035 label
-    (a Service name must be one), shortened with a hash suffix when it would pass 63 characters.
+    """The Deployment/Service/HPA name of McpTool `mcptool`: `mcptool-<name>`, a DNS-1035 label (a Service
+    name must be one). A name with dots (`a.b`, which would become `a-b`) or past 63 characters gets a
+    hash suffix, so two McpTools never share one.
     """
     name = _NAME_PREFIX + mcptool.replace(".", "-")
-    if len(name) <= _DNS_LABEL_MAX:
+    if len(name) <= _DNS_LABEL_MAX and "." not in mcptool:
         return name
     digest = hashlib.sha256(mcptool.encode()).hexdigest()[:8]
     return f"{name[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+
+
+def mcptool_label(mcptool: str) -> str:
+    """The `mcptasks.io/mcptool` label value of McpTool `mcptool`'s warm objects (hashed when too long)."""
+    return label_value(mcptool)
 
 
 def _owner(mcptool: JsonObject) -> JsonObject:
@@ -55,7 +61,8 @@ def _owner(mcptool: JsonObject) -> JsonObject:
 
 
 def _labels(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> dict[str, str]:
-    labels = {**WARM_LABELS, MCPTOOL_LABEL: str(mcptool["metadata"]["name"]), "mcptasks.io/tool": tool.name[:63]}
+    name = str(mcptool["metadata"]["name"])
+    labels = {**WARM_LABELS, MCPTOOL_LABEL: mcptool_label(name), TOOL_LABEL: label_value(tool.name)}
     if instance:
         labels[INSTANCE_LABEL] = instance
     return labels

@@ -33,6 +33,7 @@ from mcp_tasks.operator.warm import (
     build_autoscaler,
     build_deployment,
     build_service,
+    mcptool_label,
     pod_endpoint,
     warm_name,
 )
@@ -82,7 +83,7 @@ class WarmTools:
         self._objects = CustomObjectsApi(api)
         self._serialize = api.sanitize_for_serialization
         self._applied: dict[str, str] = {}  # McpTool name → digest of what was applied last
-        self._pods: dict[str, dict[str, str | None]] = {}  # McpTool name → pod name → endpoint (None: not ready)
+        self._pods: dict[str, dict[str, str | None]] = {}  # McpTool label → pod name → endpoint (None: not ready)
         self._wake = asyncio.Event()
 
     async def kill_pod(self, base_url: str) -> None:
@@ -124,18 +125,19 @@ class WarmTools:
                 next_resync = loop.time() + self.resync_s
                 self._applied.clear()
             healthy = True
-            try:
-                if resync:
-                    await self._relist_pods()
-                await self._apply()
-                if catalog_changed or resync:
-                    await self._prune()
-                await self._publish()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API server is away: retried below
-                logger.warning("warm tools: %s; retrying in %.0fs", exc, RETRY_S)
-                healthy = False
+            steps = [self._apply, self._publish]
+            if catalog_changed or resync:
+                steps.insert(1, self._prune)
+            if resync:
+                steps.insert(0, self._relist_pods)
+            for step in steps:  # one failing step (or McpTool) does not hold up the others
+                try:
+                    healthy = await step() and healthy
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the API server is away: retried below
+                    logger.warning("warm tools: %s failed: %s; retrying in %.0fs", step.__name__, exc, RETRY_S)
+                    healthy = False
             timeout = min(RETRY_S if not healthy else self.resync_s, max(next_resync - loop.time(), 0.0))
             waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._wake.wait())]
             try:
@@ -148,7 +150,7 @@ class WarmTools:
     def _warm_tools(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
         return {name: served for name, served in self.catalog.served().items() if served[1].warm is not None}
 
-    async def _relist_pods(self) -> None:
+    async def _relist_pods(self) -> bool:
         listed = await self._core.list_namespaced_pod(self.namespace, label_selector=WARM_SELECTOR)
         pods: dict[str, dict[str, str | None]] = {}
         for item in listed.items:
@@ -157,8 +159,10 @@ class WarmTools:
             if owner:
                 pods.setdefault(str(owner), {})[str(pod["metadata"]["name"])] = pod_endpoint(pod)
         self._pods = pods
+        return True
 
-    async def _apply(self) -> None:
+    async def _apply(self) -> bool:
+        """Apply each warm McpTool's objects that changed; False when one could not be applied."""
         failed = False
         for name, (obj, tool) in self._warm_tools().items():
             try:
@@ -181,17 +185,23 @@ class WarmTools:
                     )
             except ApiException as exc:
                 logger.warning("mcptool/%s: could not apply its warm workers: %s %s", name, exc.status, exc.reason)
-                failed = True
+                if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                    self._applied[name] = digest  # refused as it is: again when the McpTool changes, or at resync
+                else:
+                    failed = True  # the API server is away: again in RETRY_S
                 continue
             self._applied[name] = digest
             logger.info("mcptool/%s: warm workers applied (Deployment and Service %s)", name, warm_name(name))
-        if failed:
-            raise RuntimeError("an apply failed")
+        return not failed
 
-    async def _prune(self) -> None:
+    async def _prune(self) -> bool:
         """Delete warm objects whose McpTool is gone or no longer warm (or no longer autoscaled, for HPAs)."""
-        warm = self._warm_tools()
-        scaled = {name for name, (_obj, tool) in warm.items() if tool.warm and tool.warm.autoscaling}
+        warm = {mcptool_label(name): name for name in self._warm_tools()}
+        scaled = {
+            mcptool_label(name)
+            for name, (_obj, tool) in self._warm_tools().items()
+            if tool.warm is not None and tool.warm.autoscaling is not None
+        }
         kinds: list[tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]], set[str]]] = [
             (self._apps.list_namespaced_deployment, self._apps.delete_namespaced_deployment, set(warm)),
             (self._core.list_namespaced_service, self._core.delete_namespaced_service, set(warm)),
@@ -209,13 +219,15 @@ class WarmTools:
                     continue
                 with contextlib.suppress(ApiException):
                     await delete(item.metadata.name, self.namespace, propagation_policy="Background")
-                    logger.info("deleted %s %s (its McpTool %s is not warm now)", item.kind, item.metadata.name, owner)
-                self._applied.pop(str(owner), None)
+                    logger.info("deleted %s (its McpTool %s is not warm now)", item.metadata.name, owner)
+                self._applied.pop(warm.get(str(owner), str(owner)), None)
+        return True
 
-    async def _publish(self) -> None:
+    async def _publish(self) -> bool:
+        """Write `status.warm` of each warm McpTool whose ready endpoints changed."""
         for name, (obj, tool) in self._warm_tools().items():
             assert tool.warm is not None
-            endpoints = sorted(e for e in self._pods.get(name, {}).values() if e)
+            endpoints = sorted(e for e in self._pods.get(mcptool_label(name), {}).values() if e)
             current = (obj.get("status") or {}).get("warm") or {}
             service = f"{warm_name(name)}.{self.namespace}.svc:{tool.warm.port}"
             wanted = {"endpoints": endpoints, "readyWorkers": len(endpoints), "service": service}
@@ -231,3 +243,4 @@ class WarmTools:
                 continue
             obj.setdefault("status", {})["warm"] = wanted  # until the watch brings our own write back
             logger.info("mcptool/%s: %d warm worker(s) ready", name, len(endpoints))
+        return True

@@ -136,6 +136,8 @@ class ToolProcess:
 
     worker_lost: bool = False
     """A process of its own is never lost while its runner lives (cf. `WarmRun.worker_lost`)."""
+    delivered: bool = True
+    """A process of its own always got its call (cf. `WarmRun.delivered`)."""
 
     @property
     def pid(self) -> int | None:

@@ -35,7 +35,7 @@ from mcp_tasks.observability.logs import bind_task, task_context
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.process import ToolProcess, command_for, stop_group
-from mcp_tasks.runner.warm_pool import WarmPool, WarmRun, WarmUnavailable, WarmWorkers
+from mcp_tasks.runner.warm_pool import WarmBusy, WarmPool, WarmRun, WarmUnavailable, WarmWorkers
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -70,6 +70,9 @@ _OUTCOME_UNKNOWN: Final = (
 )
 
 
+MAX_WARM_ATTEMPTS: Final = 3
+"""Runs of one task on warm workers that may be lost (the worker died, or none took the call) before it fails."""
+
 _STORE_RETRY_FIRST_S: Final = 0.1
 """First wait before retrying a write the task store refused as unavailable, in seconds (then doubling)."""
 _STORE_RETRY_MAX_S: Final = 5.0
@@ -85,6 +88,10 @@ async def first_of(*waits: Awaitable[object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _abandon(record: TaskRecord, now: datetime) -> TaskRecord:
+    return transitions.cancel(record, now, transitions.ABANDONED_MESSAGE)
 
 
 ToolRun = ToolProcess | WarmRun
@@ -502,12 +509,13 @@ class LocalRunner:
             log_path = self._runs_dir / f"{execution.execution_id}.stderr"
             process = ToolProcess.adopt(tool, adopted.pid, adopted.identity, log_path)
         else:
-            process = self._new_run(tool, execution, None)
+            process = self._new_run(tool, execution, self.settings.lease_duration_s / 3)
         self.executions.add(execution)
         try:
             if adopted is None:
                 try:
-                    await process.start()
+                    if not await self._start(record.task_id, tool, process):
+                        return  # cancelled (or finished) while it waited for a warm worker
                     metrics.RUNS_STARTED.labels(tool.name).inc()
                 except OSError as exc:
                     message = _cannot_start(tool, exc)
@@ -546,6 +554,31 @@ class LocalRunner:
                 exited.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await exited
+
+    async def _start(self, task_id: str, tool: ToolSpec, process: ToolRun) -> bool:
+        """Start a task's run; False when it was cancelled or finished while it waited for a warm slot.
+
+        A warm run waits for a free worker a third of a lease at a time; in between, the lease is renewed
+        and a cancel (or a caller gone) settles the task without running it.
+
+        Raises:
+            OSError: the run cannot start (the command, or warm workers that fail to start).
+        """
+        while True:
+            try:
+                await process.start()
+                return True
+            except WarmBusy:
+                record = await self.store.get(task_id)
+                now = self.clock()
+                if record.status.is_terminal:
+                    return False
+                if record.cancel_requested_at is not None or transitions.is_abandoned(record, now):
+                    cancel = transitions.cancel if record.cancel_requested_at is not None else _abandon
+                    await self._finish_if_running(task_id, cancel)
+                    return False
+                renewed = transitions.renew(record, self.holder, now, self._lease, tool.execution.ttl_ms)
+                await self._write(record, renewed)
 
     async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
@@ -681,11 +714,17 @@ class LocalRunner:
 
     @staticmethod
     def _after_lost_worker(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
-        """A task whose warm worker died mid-call: re-run when its tool is idempotent, else outcome unknown."""
-        if tool.execution.idempotent:
-            logger.warning("task %s lost its warm worker (%s); re-running", record.task_id, process.stderr_tail())
-            return transitions.reset_for_rerun(record, now)
+        """A task whose warm worker died mid-call: re-run when its tool is idempotent (or the call never
+        reached a worker), at most `MAX_WARM_ATTEMPTS` runs in all; else the outcome is unknown.
+        """
         why = process.stderr_tail()
+        if record.attempt >= MAX_WARM_ATTEMPTS:
+            message = f"Tool {tool.name!r} lost its warm worker on each of {record.attempt} runs (last: {why})"
+            logger.error("task %s: %s; failed", record.task_id, message)
+            return transitions.failing(message, "WorkerLost")(record, now)
+        if tool.execution.idempotent or not process.delivered:
+            logger.warning("task %s lost its warm worker (%s); re-running", record.task_id, why)
+            return transitions.reset_for_rerun(record, now)
         logger.error("task %s lost its warm worker (%s); failed (outcome unknown)", record.task_id, why)
         return transitions.failing(_OUTCOME_UNKNOWN, "OutcomeUnknown")(record, now)
 
@@ -768,6 +807,8 @@ class LocalRunner:
         )
         process = self._new_run(tool, execution, tool.execution.sync_timeout_seconds)
         grace = tool.execution.cancel_grace_seconds
+        # one bound for the whole call: waiting for a warm slot counts against syncTimeoutSeconds too
+        deadline = asyncio.get_running_loop().time() + tool.execution.sync_timeout_seconds
         self.executions.add(execution)
         handed_over = False
         try:
@@ -779,7 +820,7 @@ class LocalRunner:
                 return error_result(message[0].upper() + message[1:])
             exited = asyncio.create_task(process.wait(), name=f"inline-{tool.name}")
             try:
-                async with asyncio.timeout(tool.execution.sync_timeout_seconds):
+                async with asyncio.timeout_at(deadline):
                     await first_of(asyncio.shield(exited), asyncio.shield(execution.outcome))
                     if not execution.outcome.done():
                         # Exited first: give a racing result POST a moment, then conclude from the exit.
@@ -803,6 +844,8 @@ class LocalRunner:
                     if execution.task_id is not None:  # promoted, then stopped (timeout, caller gone, exit)
                         await asyncio.shield(self._settle_stopped_promotion(execution.task_id, tool))
             if not execution.outcome.done():
+                if process.worker_lost and not process.delivered:
+                    return error_result(f"No warm worker of {tool.name!r} took the call ({process.stderr_tail()})")
                 if process.worker_lost:
                     return error_result(
                         f"The warm worker running {tool.name!r} was lost mid-call ({process.stderr_tail()}); "

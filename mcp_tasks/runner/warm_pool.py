@@ -51,13 +51,23 @@ MAINTAIN_INTERVAL_S: Final = 1.0
 BACKOFF_FIRST_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 STABLE_S: Final = 10.0
-"""A worker that served this long before it exited does not count as a failed start."""
+"""A worker that exits by itself sooner than this after its start delays the next start (back-off)."""
 FAILED_STARTS_LIMIT: Final = 3
-"""Failed starts in a row after which a call that finds no worker gets an error instead of waiting."""
+"""Starts in a row that never became ready after which a call that finds no worker gets an error instead
+of waiting (a start is still tried after the back-off, so a fixed command recovers)."""
+
+
+def _backoff(failures: int) -> float:
+    """Seconds before the next start after `failures` in a row: 0.5 s doubling to 30 s."""
+    return float(min(BACKOFF_FIRST_S * 2 ** (failures - 1), BACKOFF_MAX_S))
 
 
 class WarmUnavailable(OSError):
     """No warm worker could take the call: the tool's workers fail to start, or none freed up in time."""
+
+
+class WarmBusy(WarmUnavailable):
+    """No slot freed up within the wait asked for (the workers run; try again, or give up)."""
 
 
 class WorkerSlot(Protocol):
@@ -111,6 +121,7 @@ class WarmWorker:
     started_at: float
     calls: int = 0
     ready: bool = False
+    stopping: bool = False  # the pool stops it (idle, unhealthy, a stuck call, shutdown): not a crash
     last_used: float = 0.0
     health_failures: int = 0
     exited: asyncio.Task[int | None] | None = field(default=None, repr=False)
@@ -138,7 +149,8 @@ class WarmPool:
         self.runs_dir = runs_dir
         self.workers: list[WarmWorker] = []
         self._changed = asyncio.Condition()
-        self._failed_starts = 0
+        self._failed_starts = 0  # starts in a row that never became ready
+        self._quick_exits = 0  # ready workers in a row that exited by themselves soon after starting
         self._next_start = 0.0
         self._last_failure = ""
         self._loop_task: asyncio.Task[None] | None = None
@@ -156,6 +168,8 @@ class WarmPool:
     async def aclose(self, grace_s: float) -> None:
         """Stop the loop and every worker (SIGTERM: a worker finishes its calls within `grace_s`, then SIGKILL)."""
         self._closing = True
+        for worker in self.workers:
+            worker.stopping = True
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -187,16 +201,16 @@ class WarmPool:
                     worker = min(free, key=lambda w: w.calls)
                     worker.calls += 1
                     return worker
+                starting = any(not w.ready and not w.stopping for w in self.workers)
+                if not starting and len(self.workers) < self.spec.max_workers:
+                    self._start_worker_soon()  # after the back-off, if starts failed
                 if self._failed_starts >= FAILED_STARTS_LIMIT and not any(w.ready for w in self.workers):
                     raise WarmUnavailable(
                         f"the warm workers of tool {self.tool.name!r} fail to start ({self._last_failure})"
                     )
-                starting = any(not w.ready for w in self.workers)
-                if not starting and len(self.workers) < self.spec.max_workers:
-                    self._start_worker_soon()
                 remaining = None if deadline is None else deadline - loop.time()
                 if remaining is not None and remaining <= 0:
-                    raise WarmUnavailable(
+                    raise WarmBusy(
                         f"all {len(self.workers)} warm worker(s) of tool {self.tool.name!r} stayed busy "
                         f"for {timeout_s:g}s"
                     )
@@ -215,6 +229,7 @@ class WarmPool:
     async def kill(self, worker: WorkerSlot) -> None:
         """Stop `worker` at once (a call on it ignored its cancel); the pool replaces it."""
         assert isinstance(worker, WarmWorker)
+        worker.stopping = True
         logger.warning("tool %s: killing warm worker pid %s (a call did not stop)", self.tool.name, worker.process.pid)
         await worker.process.stop(0)
 
@@ -262,18 +277,23 @@ class WarmPool:
         async with self._changed:
             worker.ready = True
             worker.last_used = self._now()
+            self._failed_starts = 0  # the command works
             self._changed.notify_all()
         logger.info("tool %s: warm worker pid %s ready on port %s", self.tool.name, worker.process.pid, worker.port)
         code = await worker.exited
-        stable = self._now() - worker.started_at >= STABLE_S
         if self._closing:
             return
-        tail = worker.process.stderr_tail()[-500:]
-        if stable:
-            logger.warning("tool %s: warm worker pid %s exited with %s", self.tool.name, worker.process.pid, code)
-            await self._forget(worker, failed=False)
-        else:
-            await self._failed(worker, f"it exited with {code} soon after starting: {tail}")
+        if not worker.stopping:
+            tail = worker.process.stderr_tail()[-500:]
+            logger.warning(
+                "tool %s: warm worker pid %s exited with %s: %s", self.tool.name, worker.process.pid, code, tail
+            )
+            if self._now() - worker.started_at < STABLE_S:  # a crash loop: back off, as for a failed start
+                self._quick_exits += 1
+                self._next_start = self._now() + _backoff(self._quick_exits)
+            else:
+                self._quick_exits = 0
+        await self._forget(worker)
 
     async def _until_ready(self, worker: WarmWorker) -> bool:
         loop = asyncio.get_running_loop()
@@ -296,19 +316,18 @@ class WarmPool:
             return False
 
     async def _failed(self, worker: WarmWorker, why: str) -> None:
+        """A start that never became ready."""
         self._failed_starts += 1
         self._last_failure = why
-        backoff = min(BACKOFF_FIRST_S * 2 ** (self._failed_starts - 1), BACKOFF_MAX_S)
+        backoff = _backoff(self._failed_starts)
         self._next_start = self._now() + backoff
         logger.warning("tool %s: warm worker failed: %s; next start in %.1fs", self.tool.name, why, backoff)
-        await self._forget(worker, failed=True)
+        await self._forget(worker)
 
-    async def _forget(self, worker: WarmWorker, failed: bool) -> None:
+    async def _forget(self, worker: WarmWorker) -> None:
         async with self._changed:
             if worker in self.workers:
                 self.workers.remove(worker)
-            if not failed:
-                self._failed_starts = 0
             self._changed.notify_all()
         worker.process.discard_log()
 
@@ -320,7 +339,9 @@ class WarmPool:
             async with self._changed:
                 if self._failed_starts > 0 and self._next_start > now:
                     pass  # backing off; a waiting call keeps its place
-                elif len(self.workers) < self.spec.min_workers and not any(not w.ready for w in self.workers):
+                elif len(self.workers) < self.spec.min_workers and not any(
+                    not w.ready and not w.stopping for w in self.workers
+                ):
                     self._start_worker_soon()
                 idle = [
                     w
@@ -330,6 +351,9 @@ class WarmPool:
                 surplus = idle[: max(len(self.workers) - self.spec.min_workers, 0)]
                 for worker in surplus:
                     worker.ready = False  # takes no new calls while it stops
+                    worker.stopping = True
+            for worker in self.workers:
+                worker.process.trim_log()  # stderr stays under its cap, as a one-shot run's
             for worker in surplus:
                 logger.info("tool %s: stopping idle warm worker pid %s", self.tool.name, worker.process.pid)
                 await worker.process.stop(self.tool.execution.cancel_grace_seconds)
@@ -341,6 +365,7 @@ class WarmPool:
                     else:
                         worker.health_failures += 1
                         if worker.health_failures >= 3:
+                            worker.stopping = True
                             pid = worker.process.pid
                             logger.warning("tool %s: warm worker pid %s is unhealthy", self.tool.name, pid)
                             await worker.process.stop(self.tool.execution.cancel_grace_seconds)
@@ -394,14 +419,17 @@ class EndpointPool:
         deadline = None if timeout_s is None else loop.time() + timeout_s
         async with self._changed:
             while True:
-                ready = [self._workers.setdefault(e, RemoteWorker(f"http://{e}")) for e in self._endpoints()]
+                listed = set(self._endpoints())
+                for gone in [e for e, w in self._workers.items() if e not in listed and w.calls == 0]:
+                    del self._workers[gone]  # a pod that went away
+                ready = [self._workers.setdefault(e, RemoteWorker(f"http://{e}")) for e in sorted(listed)]
                 free = [w for w in ready if w.calls < self.tool.warm.concurrency]
                 if free:
                     worker = min(free, key=lambda w: w.calls)
                     worker.calls += 1
                     return worker
                 if deadline is not None and loop.time() >= deadline:
-                    raise WarmUnavailable(
+                    raise WarmBusy(
                         f"no warm worker of tool {self.tool.name!r} could take the call within {timeout_s:g}s "
                         f"({len(ready)} ready; kubectl get deploy -l app.kubernetes.io/component=warm-worker)"
                     )
@@ -431,7 +459,8 @@ class WarmRun:
     `start` takes a worker slot (waiting up to `acquire_timeout_s`); the call's status and progress go
     to the channel, and its `result`/`error` final event is recorded through the channel like a one-shot
     run's `POST /result`. `stop` sends the cancel, waits the grace period, then kills the worker.
-    `worker_lost` is True when the worker died mid-call: the outcome is unknown.
+    `worker_lost` is True when the worker died mid-call (the outcome is unknown), or when no worker took
+    the call after three tries (`delivered` False: it never ran).
     """
 
     def __init__(
@@ -449,6 +478,7 @@ class WarmRun:
         self.worker_api_url = worker_api_url
         self.acquire_timeout_s = acquire_timeout_s
         self.worker_lost = False
+        self.delivered = True  # False: the call never reached a worker (safe to run again)
         self._worker: WorkerSlot | None = None
         self._call: asyncio.Task[int | None] | None = None
         self._tail = ""
@@ -486,14 +516,16 @@ class WarmRun:
             else:
                 raise WorkerLost("no warm worker took the call", delivered=False)
         except WorkerLost as exc:
-            metrics.WARM_CALLS.labels(self.tool.name, "lost").inc()
+            metrics.WARM_CALLS.labels(self.tool.name, "lost" if exc.delivered else "unavailable").inc()
             self.worker_lost = True
+            self.delivered = exc.delivered
             self._tail = str(exc)
             return None
-        except WarmUnavailable as exc:  # never delivered: it did not run
+        except WarmUnavailable as exc:  # no worker took it after a refusal: it did not run
             metrics.WARM_CALLS.labels(self.tool.name, "unavailable").inc()
+            self.worker_lost, self.delivered = True, False
             self._tail = str(exc)
-            return 1
+            return None
         finally:
             if self._worker is not None:
                 await self.pool.release(self._worker)

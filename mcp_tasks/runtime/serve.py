@@ -16,6 +16,7 @@ Standard library only (`http.server`), like the rest of the runtime.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -109,7 +110,7 @@ class WarmServer(ThreadingHTTPServer):
                     )
                     sys.stderr.flush()
                     os._exit(EXIT_STUCK_CALL)
-            if parent_pid is not None and os.getppid() != parent_pid:
+            if parent_pid is not None and not _alive(parent_pid):
                 os._exit(0)  # the runner that started us is gone: nobody will send calls
 
 
@@ -159,7 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError("Content-Length must be between 1 and 64 MiB")
             body = json.loads(self.rfile.read(length))
             start, call = _parse_call(body)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             self._json(400, {"message": f"not a call: {exc}"})
             return
         if not self.server.admit(call):
@@ -171,15 +172,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.leave(call)
 
     def _stream(self, start: Json, body: Json, call: _Call) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-ndjson")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         write_lock = threading.Lock()
+        ended = False  # after the final event nothing more may be written: the connection is reused
 
         def send(event: Json) -> None:
             line = json.dumps(event).encode() + b"\n"
             with write_lock:
+                if ended:
+                    return  # a thread of the tool that outlived its call: dropped
                 try:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                     self.wfile.flush()
@@ -187,34 +187,54 @@ class _Handler(BaseHTTPRequestHandler):
                     call.cancel(time.monotonic())
 
         ctx = ToolContext(
-            body.get("workerUrl") or None,
-            body.get("workerToken") or None,
-            start=start,
-            events=send,
-            cancelled=call.cancelled,
+            body.get("workerUrl"), body.get("workerToken"), start=start, events=send, cancelled=call.cancelled
         )
-        final: Json
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        final = self._run(ctx, call)
         try:
-            outcome = call_main(self.server.main, ctx)
-            final = {"event": "result" if "result" in outcome else "error", **outcome}
-        except CallCancelled:
-            final = {"event": "cancelled"}
-        except InputRoundsUnavailable:
-            final = {"event": "inputRequired"}
-        except Exception:
-            text = traceback.format_exc()
-            sys.stderr.write(text)
-            sys.stderr.flush()
-            final = {"event": "crashed", "message": text[-_CRASH_TAIL_CHARS:]}
-        if call.cancelled.is_set() and final["event"] == "crashed":
-            final = {"event": "cancelled"}  # what it raised was the cancel reaching it
-        line = json.dumps(final).encode() + b"\n"
+            line = json.dumps(final).encode() + b"\n"
+        except (TypeError, ValueError) as exc:  # a result JSON cannot carry
+            line = json.dumps({"event": "crashed", "message": f"the tool's result is not JSON: {exc}"}).encode() + b"\n"
         with write_lock:
+            ended = True
             try:  # the final event and the end of the stream in one write
                 self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
                 self.wfile.flush()
             except OSError:
                 self.close_connection = True
+
+    def _run(self, ctx: ToolContext, call: _Call) -> Json:
+        """Run the tool for one call and return its final event; nothing it raises escapes."""
+        try:
+            outcome = call_main(self.server.main, ctx)
+            return {"event": "result" if "result" in outcome else "error", **outcome}
+        except CallCancelled:
+            return {"event": "cancelled"}
+        except InputRoundsUnavailable:
+            return {"event": "inputRequired"}
+        except BaseException as exc:  # a tool's sys.exit or crash ends its call, not the worker
+            if call.cancelled.is_set():
+                return {"event": "cancelled"}  # what it raised was the cancel reaching it
+            text = traceback.format_exc()
+            if isinstance(exc, SystemExit):
+                text = f"the tool called sys.exit({exc.code!r}) inside a warm worker\n{text}"
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            return {"event": "crashed", "message": text[-_CRASH_TAIL_CHARS:]}
+
+
+_OPTIONAL_FIELDS: Final[dict[str, type]] = {
+    "inputResponses": dict,
+    "inputBeforeTask": dict,
+    "taskId": str,
+    "attempt": int,
+    "workerUrl": str,
+    "workerToken": str,
+}
+_KIND_NAMES: Final[dict[type, str]] = {dict: "an object", str: "a string", int: "an integer"}
 
 
 def _parse_call(body: object) -> tuple[Json, _Call]:
@@ -233,8 +253,14 @@ def _parse_call(body: object) -> tuple[Json, _Call]:
         raise ValueError("arguments must be an object")
     limit = body.get("maxRunTimeSeconds", 600)
     grace = body.get("cancelGraceSeconds", 5)
-    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in (limit, grace)):
-        raise ValueError("maxRunTimeSeconds and cancelGraceSeconds must be numbers")
+    if not all(
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        for value in (limit, grace)
+    ):
+        raise ValueError("maxRunTimeSeconds and cancelGraceSeconds must be finite numbers ≥ 0")
+    for key, kind in _OPTIONAL_FIELDS.items():
+        if body.get(key) is not None and not isinstance(body[key], kind):
+            raise ValueError(f"{key} must be {_KIND_NAMES[kind]}")
     start = {key: body.get(key) for key in ("arguments", "inputResponses", "taskId", "attempt", "inputBeforeTask")}
     call = _Call(execution_id, deadline=time.monotonic() + float(limit), grace_s=max(float(grace), 0.0))
     return start, call
@@ -263,6 +289,17 @@ def serve(main: Main) -> NoReturn:
     sys.stderr.flush()
     server.serve_forever(poll_interval=0.2)
     sys.exit(0)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still exists (a wrapper such as `sh run.sh` may stand between it and us)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _exit_when_idle(server: WarmServer) -> None:

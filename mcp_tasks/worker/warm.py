@@ -95,25 +95,27 @@ async def send_call(
             if response.status != 200:
                 text = (await response.text())[:500]
                 raise WorkerLost(f"the warm worker answered {response.status}: {text}", delivered=False)
-            while True:
-                line = await response.content.readline()
-                if not line:
-                    raise WorkerLost("the warm worker's stream ended before the call's outcome", delivered=True)
-                event = _decode(line)
-                if event is None:
-                    continue
-                if event.get("event") in contract.EVENT_FINAL:
-                    return event
-                await on_event(event)
-    except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+            buffer = bytearray()
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    event = _decode(bytes(buffer[:end]))
+                    del buffer[: end + 1]
+                    if event is None:
+                        continue
+                    if event.get("event") in contract.EVENT_FINAL:
+                        return event
+                    await on_event(event)
+                if len(buffer) > _MAX_EVENT_BYTES:
+                    raise WorkerLost(f"the warm worker sent an event over {_MAX_EVENT_BYTES} bytes", delivered=True)
+            raise WorkerLost("the warm worker's stream ended before the call's outcome", delivered=True)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ConnectionRefusedError) as exc:
         raise WorkerLost(f"the warm worker cannot be reached: {exc}", delivered=False) from exc
     except (aiohttp.ClientError, asyncio.IncompleteReadError, ValueError) as exc:
         raise WorkerLost(f"the warm worker was lost mid-call: {exc}", delivered=True) from exc
 
 
 def _decode(line: bytes) -> JsonObject | None:
-    if len(line) > _MAX_EVENT_BYTES:
-        raise ValueError("event line too long")
     text = line.strip()
     if not text:
         return None

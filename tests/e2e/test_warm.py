@@ -10,12 +10,17 @@ import asyncio
 import os
 import re
 import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+import yaml
 
 from mcp_tasks.runner.warm_pool import WarmPool
-from tests.conftest import PLAIN_CAPS, Embedded, McpHttp
+from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, server_settings, serving
 
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
 
@@ -169,3 +174,83 @@ async def test_idle_workers_above_the_minimum_stop(mcp: McpHttp, embedded: Embed
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_events_a_tool_sends_after_its_call_ended_reach_no_other_call(mcp: McpHttp) -> None:
+    """warm_late leaves a thread reporting after it returned; the kept-alive connection must stay clean."""
+    for number in range(40):
+        result = (await mcp.call_tool("warm_late", {"n": number}, caps=PLAIN_CAPS)).result
+        assert text_of(result) == f"late {number}", result
+
+
+async def test_workers_stopped_by_the_pool_do_not_count_as_failed_starts(mcp: McpHttp, embedded: Embedded) -> None:
+    """warm_sleeper's idle worker is stopped after 1 s, five times over; every call is still served."""
+    for _ in range(5):
+        reply = (await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)).result
+        assert text_of(reply).startswith("slept"), reply
+        async with asyncio.timeout(10):
+            while pool(embedded, "warm_sleeper").workers:
+                await asyncio.sleep(0.05)
+
+
+async def test_a_tool_calling_sys_exit_ends_its_call_not_a_rerun_loop(mcp: McpHttp, embedded: Embedded) -> None:
+    task_id = await mcp.start_task("warm_exit", {})
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled")
+    assert done["status"] == "completed" and done["result"]["isError"] is True
+    assert "sys.exit(3)" in text_of(done["result"])
+    assert (await embedded.store.get(task_id)).attempt == 1
+
+
+async def test_a_task_cancelled_while_it_waits_for_a_warm_slot_never_runs(mcp: McpHttp) -> None:
+    """warm_sleeper_idempotent has one worker taking one call; the second task waits, and is cancelled."""
+    first = await mcp.start_task("warm_sleeper_idempotent", {"seconds": 3})
+    await mcp.wait_task(first, lambda t: "pid" in t.get("statusMessage", ""))
+    second = await mcp.start_task("warm_sleeper_idempotent", {"seconds": 0})
+    await asyncio.sleep(0.5)
+    await mcp.cancel(second)
+    cancelled = await mcp.wait_status(second, "cancelled", "completed", "failed", timeout_s=5)
+    assert cancelled["status"] == "cancelled"
+    assert "pid" not in cancelled.get("statusMessage", ""), "it never ran"
+    assert (await mcp.wait_status(first, "completed", "failed"))["status"] == "completed"
+
+
+async def test_a_result_larger_than_a_stream_buffer_arrives_whole(mcp: McpHttp) -> None:
+    """600 kB: over aiohttp's default line limit. Synchronously it is over the inline cap (a clear error);
+    as a task it becomes an artifact, as a one-shot run's would."""
+    text = "x" * 600_000
+    sync = (await mcp.call_tool("warm_echo", {"text": text}, caps=PLAIN_CAPS)).result
+    assert sync["isError"] is True and "too large for a synchronous call" in text_of(sync)
+    task_id = await mcp.start_task("warm_echo", {"text": text})
+    done = await mcp.wait_status(task_id, "completed", "failed")
+    assert done["status"] == "completed" and done["result"]["content"][1]["type"] == "resource_link"
+
+
+async def test_a_worker_started_through_a_wrapper_lives_on(tmp_path: Path) -> None:
+    """`sh -c "python tools.py …"`: the shell, not the runner, is the worker's parent; it must not exit."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    manifest = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpTool",
+        "metadata": {"name": "wrapped"},
+        "spec": {
+            "name": "wrapped",
+            "description": "warm_echo behind a shell",
+            "inputSchema": {"type": "object"},
+            "execution": {"taskPolicy": "never"},
+            "container": {
+                "command": ["sh", "-c", f"{sys.executable} tools.py warm_echo; exit $?"],
+                "workingDir": str(REPO / "tests" / "tools"),
+            },
+            "warm": {"minWorkers": 1, "maxWorkers": 1},
+        },
+    }
+    (folder / "wrapped.yaml").write_text(yaml.safe_dump(manifest))
+    settings = server_settings(tmp_path / "data")
+    settings = replace(settings, serve=replace(settings.serve, tools_dirs=(*settings.serve.tools_dirs, folder)))
+    async with serving(settings) as server, aiohttp.ClientSession() as session:
+        mcp = McpHttp(session, server.url)
+        first = text_of((await mcp.call_tool("wrapped", {"text": "a"}, caps=PLAIN_CAPS)).result)
+        await asyncio.sleep(2.5)  # more than the worker's idle parent check
+        second = text_of((await mcp.call_tool("wrapped", {"text": "b"}, caps=PLAIN_CAPS)).result)
+    assert pid_in(first) == pid_in(second)

@@ -118,7 +118,30 @@ def warm_deaf(ctx: ToolContext) -> str:
     return "never"
 
 
+def warm_late(ctx: ToolContext) -> str:
+    """Leaves a thread behind that keeps reporting after the call returned (its events must go nowhere)."""
+    import threading
+
+    def heartbeat() -> None:
+        for _ in range(20):
+            time.sleep(0.005)
+            try:
+                ctx.report("still here")
+            except BaseException:
+                return
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    return f"late {ctx.arguments.get('n')}"
+
+
+def warm_exit(ctx: ToolContext) -> str:
+    """Calls sys.exit inside a warm worker."""
+    sys.exit(3)
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
+    "warm_late": warm_late,
+    "warm_exit": warm_exit,
     "warm_echo": warm_echo,
     "warm_sleeper": warm_sleeper,
     "warm_deaf": warm_deaf,
