@@ -6,7 +6,8 @@ maximum run time. Cancellation is cooperative: `tasks/cancel` only records the r
 sees it, sends SIGTERM, waits the grace period, then SIGKILL, and records `cancelled` unless the
 tool finished first. After a restart, a task whose lease expired is re-run only if its tool is
 idempotent; otherwise it is `failed` with an error saying the outcome is unknown. It also serves
-synchronous (non-task) runs for the gateway and sweeps expired tasks.
+synchronous (non-task) runs for the gateway and sweeps expired tasks. A warm tool's runs (`spec.warm`)
+are calls on its warm workers (`warm_pool.WarmRun`) instead of processes of their own, supervised alike.
 """
 
 from __future__ import annotations
@@ -578,7 +579,8 @@ class LocalRunner:
                     await self._finish_if_running(task_id, cancel)
                     return False
                 renewed = transitions.renew(record, self.holder, now, self._lease, tool.execution.ttl_ms)
-                await self._write(record, renewed)
+                with contextlib.suppress(VersionConflict):  # the client wrote meanwhile: read again
+                    await self._write(record, renewed)
 
     async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
