@@ -178,6 +178,8 @@ class WarmPool:
         for life in list(self._lives):
             life.cancel()
         for worker in self.workers:
+            worker.process.discard_log()
+        for worker in self.workers:
             if worker.exited is not None:
                 worker.exited.cancel()
         self.workers.clear()
@@ -270,9 +272,15 @@ class WarmPool:
         metrics.WARM_WORKER_STARTS.labels(self.tool.name).inc()
         worker.exited = asyncio.create_task(worker.process.wait())
         if not await self._until_ready(worker):
+            exited = worker.exited.done()
             await worker.process.stop(0)
             tail = worker.process.stderr_tail()[-500:]
-            await self._failed(worker, f"it did not answer {contract.PATH_HEALTH} in time or exited: {tail}")
+            why = (
+                f"it exited with {worker.exited.result()} before answering {contract.PATH_HEALTH}"
+                if exited
+                else f"it did not answer {contract.PATH_HEALTH} within {READY_TIMEOUT_S:g}s"
+            )
+            await self._failed(worker, f"{why}; its last output: {tail or '(none)'}")
             return
         async with self._changed:
             worker.ready = True

@@ -125,6 +125,11 @@ class ToolContext:
         self._cancelled = cancelled
         self.outcome: Json | None = None
         """Warm-served only: the `/result` body `finish` or `fail` recorded."""
+        if start is None and not url and os.environ.get(contract.ENV_SERVE_PORT):
+            raise RuntimeError(
+                "this process is a warm worker (spec.warm sets MCPTASKS_SERVE_PORT): it takes many calls, so build "
+                "no ToolContext yourself; use run(main), or serve the warm-worker API (docs/tool-runtime.md §7)"
+            )
         if start is None:
             url = url or os.environ[contract.ENV_WORKER_URL]
             token = token or os.environ.get(contract.ENV_WORKER_TOKEN)
