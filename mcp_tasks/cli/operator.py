@@ -28,6 +28,7 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
+from mcp_tasks.operator.jobs import object_name
 from mcp_tasks.operator.peering import ActivePeer
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.tool_status import write_tool_statuses
@@ -123,7 +124,7 @@ async def operator(settings: Settings) -> None:
             replace(settings.runner, inline_result_max_bytes=config.inline_result_max_bytes),
             config.pod_worker_url,
             worker_key(load_request_state_key(settings.serve.data_dir.resolve())),
-            lambda task_id: reconciler.children.job(task_id) is not None,
+            lambda task_id: _job_exists(reconciler, task_id),
             warm_tools.kill_pod,
         )
         executions = ChainedLookup(warm_tasks, job_executions)
@@ -154,7 +155,7 @@ async def operator(settings: Settings) -> None:
         await warm_tasks.start()
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
-            asyncio.create_task(warm_tools.run(), name="warm-tools"),
+            asyncio.create_task(warm_tools.run(peer.active), name="warm-tools"),
             asyncio.create_task(peer.run(), name="peering"),
             asyncio.create_task(reconciler.run_workers(peer.active), name="reconcile"),
             asyncio.create_task(_resync_forever(reconciler, peer.active, config.resync_interval_s), name="resync"),
@@ -189,6 +190,19 @@ async def operator(settings: Settings) -> None:
         await catalog.aclose()
         await store.aclose()
         await close_api_client(api)
+
+
+async def _job_exists(reconciler: Reconciler, task_id: str) -> bool:
+    """Whether task `task_id` has a Job: the operator's copy, else a GET (copies lag, and a standby has none)."""
+    if reconciler.children.job(task_id) is not None:
+        return True
+    try:
+        await reconciler.batch.read_namespaced_job(object_name(task_id), reconciler.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 async def _sweep_forever(reconciler: Reconciler, active: asyncio.Event, interval_s: float) -> None:

@@ -96,6 +96,7 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
         {"name": contract.ENV_SERVE_HOST, "value": "0.0.0.0"},
         {"name": contract.ENV_SERVE_PORT, "value": str(warm.port)},
         {"name": contract.ENV_SERVE_CONCURRENCY, "value": str(warm.concurrency)},
+        {"name": contract.ENV_SERVE_TOOL, "value": tool.name},
     ]
     probe = {"httpGet": {"path": contract.PATH_HEALTH, "port": "calls"}, "periodSeconds": 2, "timeoutSeconds": 2}
     container: dict[str, Any] = {
@@ -131,9 +132,9 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
             "spec": {
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
-                # SIGTERM drains: the calls in flight may run their synchronous wait out
+                # SIGTERM drains: the calls in flight (synchronous calls and tasks) may finish
                 "terminationGracePeriodSeconds": math.ceil(
-                    execution.sync_timeout_seconds + execution.cancel_grace_seconds
+                    max(execution.sync_timeout_seconds, execution.max_run_time_seconds) + execution.cancel_grace_seconds
                 ),
                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
                 "containers": [container],

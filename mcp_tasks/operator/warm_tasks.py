@@ -20,24 +20,31 @@ compare-and-swap. Synchronous calls never come here: the gateways send them to t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Final
 
 import aiohttp
 
 from mcp_tasks.runner import LocalRunner, RunnerSettings
+from mcp_tasks.runner.runner import ToolRun
 from mcp_tasks.runner.warm_pool import EndpointPool, WarmWorkers
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.store import KubernetesTaskStore
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock
-from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.record import Lease, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.executions import Execution
 
 logger = logging.getLogger("mcp_tasks.operator")
+
+RERUN: Final = "warm-rerun"
+"""Holder of the expired lease a lost warm run leaves on a task it re-runs: any warm runner claims it."""
 
 
 def worker_key(shared_secret: bytes) -> bytes:
@@ -54,7 +61,8 @@ class WarmTaskRunner(LocalRunner):
         store, catalog, artifacts, clock, settings: as for `LocalRunner` (the McpTask store and catalog).
         worker_url: base URL at which pods reach the operator's worker API (`OperatorSettings.pod_worker_url`).
         key: from `worker_key`.
-        has_job: whether a task (by id) has a Job (it is then the Job's, not this runner's).
+        job_exists: whether a task (by id) has a Job (it is then the Job's, not this runner's), read
+            authoritatively.
         kill_pod: stops the warm pod at an address (`http://ip:port`).
     """
 
@@ -67,14 +75,14 @@ class WarmTaskRunner(LocalRunner):
         settings: RunnerSettings,
         worker_url: str,
         key: bytes,
-        has_job: Callable[[str], bool],
+        job_exists: Callable[[str], Awaitable[bool]],
         kill_pod: Callable[[str], Awaitable[None]],
     ) -> None:
         super().__init__(store, catalog, artifacts, clock, settings, state_dir=None, worker_key=key)
         self.kube_store = store
         self.kube_catalog = catalog
         self.worker_url = worker_url.rstrip("/")
-        self._has_job = has_job
+        self._job_exists = job_exists
         self._kill_pod = kill_pod
 
     async def start(self) -> None:
@@ -95,10 +103,32 @@ class WarmTaskRunner(LocalRunner):
         return EndpointPool(tool, self._session, lambda: self.kube_catalog.warm_endpoints(name), self._kill_pod)
 
     async def _runnable(self, capacity: int) -> list[TaskRecord]:
-        """Unleased (or lease-expired) tasks of warm tools that have no Job, oldest first."""
+        """Tasks of warm tools this runner may claim, oldest first: never run (`attempt` 0, no lease), or
+        with a lease that expired (a warm run whose holder is gone, or a re-run this runner asked for). A task
+        that ran without a lease ran as a Job (its tool became warm since): it stays the Job's.
+        """
         warm = frozenset(tool.name for tool in self.kube_catalog.list_tools() if tool.warm is not None)
         listed = await self.kube_store.list_runnable(self.clock(), capacity * 4, tools=warm)
-        return [record for record in listed if not self._has_job(record.task_id)][:capacity]
+        return [record for record in listed if record.lease is not None or record.attempt == 0][:capacity]
+
+    async def _claim(self, record: TaskRecord) -> TaskRecord | None:
+        """`LocalRunner._claim`, after making sure no Job runs the task (an authoritative read: the
+        operator's copies of Jobs may lag, or be empty in a standby replica).
+        """
+        if record.lease is None and await self._job_exists(record.task_id):
+            return None
+        if record.lease is not None and record.lease.holder == RERUN:
+            record = dataclasses.replace(record, lease=None)  # asked for by a lost warm run: claim it afresh
+        return await super()._claim(record)
+
+    def _after_lost_worker(self, record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
+        """As `LocalRunner`'s; a re-run keeps an expired `RERUN` lease, so it stays this runner's (a
+        task that ran with no lease is a Job's).
+        """
+        updated = super()._after_lost_worker(record, tool, process, now)
+        if updated.lease is None and not updated.status.is_terminal:
+            updated = dataclasses.replace(updated, lease=Lease(holder=RERUN, expires_at=now))
+        return updated
 
     async def resolve(self, execution_id: str, token: str) -> Execution | None:
         """A warm call's execution: one this replica runs, or, for a pod whose token verifies, built from the

@@ -9,7 +9,7 @@ or the resync interval, it
 3. writes `status.warm` (`endpoints` of the ready pods, `readyWorkers`, `service`) of each warm McpTool
    whose endpoints changed: one status merge patch per change, never per call.
 
-Every operator replica runs it (they write the same content); it needs no peering.
+Only the kopf-active replica runs it: its pod events are current, a standby's are paused.
 """
 
 from __future__ import annotations
@@ -111,12 +111,17 @@ class WarmTools:
             pods[name] = endpoint
         self._wake.set()
 
-    async def run(self) -> None:
-        """Run until cancelled."""
+    async def run(self, active: asyncio.Event) -> None:
+        """Run until cancelled, while `active` is set (the kopf-active replica: a standby's pod events are
+        paused, so its endpoints would be stale; it must neither publish them nor fight the active one).
+        """
         changed = self.catalog.subscribe()
         loop = asyncio.get_running_loop()
         next_resync = loop.time()
         while True:
+            if not active.is_set():
+                await active.wait()
+                next_resync = loop.time()  # newly active: list the pods again before publishing anything
             catalog_changed = changed.is_set()
             changed.clear()
             self._wake.clear()

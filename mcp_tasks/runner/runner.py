@@ -560,11 +560,13 @@ class LocalRunner:
         """Start a task's run; False when it was cancelled or finished while it waited for a warm slot.
 
         A warm run waits for a free worker a third of a lease at a time; in between, the lease is renewed
-        and a cancel (or a caller gone) settles the task without running it.
+        and a cancel (or a caller gone) settles the task without running it. A task that no worker took
+        within its `maxRunTimeSeconds` fails (`StartTimeout`).
 
         Raises:
             OSError: the run cannot start (the command, or warm workers that fail to start).
         """
+        since = self.clock()
         while True:
             try:
                 await process.start()
@@ -577,6 +579,11 @@ class LocalRunner:
                 if record.cancel_requested_at is not None or transitions.is_abandoned(record, now):
                     cancel = transitions.cancel if record.cancel_requested_at is not None else _abandon
                     await self._finish_if_running(task_id, cancel)
+                    return False
+                limit_s = tool.execution.max_run_time_seconds
+                if (now - since).total_seconds() >= limit_s:
+                    message = f"No warm worker of tool {tool.name!r} took the task within {limit_s:g}s"
+                    await self._finish_if_running(task_id, transitions.failing(message, "StartTimeout"))
                     return False
                 renewed = transitions.renew(record, self.holder, now, self._lease, tool.execution.ttl_ms)
                 with contextlib.suppress(VersionConflict):  # the client wrote meanwhile: read again
@@ -714,8 +721,7 @@ class LocalRunner:
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self._finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
 
-    @staticmethod
-    def _after_lost_worker(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
+    def _after_lost_worker(self, record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
         """A task whose warm worker died mid-call: re-run when its tool is idempotent (or the call never
         reached a worker), at most `MAX_WARM_ATTEMPTS` runs in all; else the outcome is unknown.
         """

@@ -52,6 +52,9 @@ BACKOFF_FIRST_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 STABLE_S: Final = 10.0
 """A worker that exits by itself sooner than this after its start delays the next start (back-off)."""
+REFUSED_BACKOFF_FIRST_S: Final = 0.1
+REFUSED_BACKOFF_MAX_S: Final = 2.0
+"""Waits between tries of a call a worker refused (429 busy, gone), in seconds: 0.1 doubling to 2."""
 FAILED_STARTS_LIMIT: Final = 3
 """Starts in a row that never became ready after which a call that finds no worker gets an error instead
 of waiting (a start is still tried after the back-off, so a fixed command recovers)."""
@@ -245,6 +248,7 @@ class WarmPool:
             contract.ENV_SERVE_PORT: str(port),
             contract.ENV_SERVE_HOST: "127.0.0.1",
             contract.ENV_SERVE_CONCURRENCY: str(self.spec.concurrency),
+            contract.ENV_SERVE_TOOL: self.tool.name,
             contract.ENV_SERVE_PARENT_PID: str(os.getpid()),
         }
         log = self.runs_dir / f"warm-{self.tool.name}-{os.getpid()}-{self._serial}.stderr"
@@ -487,6 +491,7 @@ class WarmRun:
         self.acquire_timeout_s = acquire_timeout_s
         self.worker_lost = False
         self.delivered = True  # False: the call never reached a worker (safe to run again)
+        self.delivering = False  # the call is being sent to, or runs on, a worker
         self._worker: WorkerSlot | None = None
         self._call: asyncio.Task[int | None] | None = None
         self._tail = ""
@@ -508,21 +513,30 @@ class WarmRun:
     async def _follow(self) -> int | None:
         assert self._worker is not None
         body = call_body(self.tool, self.execution, self.worker_api_url)
+        backoff_s = REFUSED_BACKOFF_FIRST_S
+        refusals = 0
         try:
-            for _attempt in range(3):
+            while True:
                 target = WarmTarget(self._worker.base_url, self.worker_api_url)
                 try:
                     on_event = channel_events(self.channel, self.execution)
+                    self.delivering = True
                     final = await send_call(self.pool.session, target, body, on_event)
                     break
                 except WorkerLost as exc:
+                    self.delivering = False
                     if exc.delivered:
                         raise
-                    await self.pool.release(self._worker)  # it went away before taking the call: another one
+                    # It refused the call (busy with other callers' calls, gone, not this tool's): never ran.
+                    # A synchronous call tries three times; a task keeps trying (its supervisor stops it).
+                    refusals += 1
+                    await self.pool.release(self._worker)
                     self._worker = None
-                    self._worker = await self.pool.acquire(self.acquire_timeout_s)
-            else:
-                raise WorkerLost("no warm worker took the call", delivered=False)
+                    if self.execution.task_id is None and refusals >= 3:
+                        raise
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, REFUSED_BACKOFF_MAX_S)
+                    self._worker = await self._reacquire()
         except WorkerLost as exc:
             metrics.WARM_CALLS.labels(self.tool.name, "lost" if exc.delivered else "unavailable").inc()
             self.worker_lost = True
@@ -538,6 +552,15 @@ class WarmRun:
             if self._worker is not None:
                 await self.pool.release(self._worker)
         return await self._conclude(final)
+
+    async def _reacquire(self) -> WorkerSlot:
+        """A slot again after a refusal: a task waits for one as long as it takes."""
+        while True:
+            try:
+                return await self.pool.acquire(self.acquire_timeout_s)
+            except WarmBusy:
+                if self.execution.task_id is None:
+                    raise
 
     async def _conclude(self, final: JsonObject) -> int | None:
         kind = final.get("event")
@@ -561,13 +584,23 @@ class WarmRun:
         """Wait for the call to end: 0 with an outcome recorded, 143 cancelled, `None` if the worker was lost."""
         if self._call is None:
             raise RuntimeError("call not started")
-        return await asyncio.shield(self._call)
+        try:
+            return await asyncio.shield(self._call)
+        except asyncio.CancelledError:
+            if self._call.cancelled():  # `stop` withdrew a call no worker had taken
+                return 143
+            raise
 
     async def stop(self, grace_s: float) -> None:
         """Cancel the call; past `grace_s` seconds kill its worker (the pool starts another)."""
         if self._call is None or self._call.done():
             return
         worker = self._worker
+        if not self.delivering:  # waiting for a worker to take it: it never ran, nothing to cancel there
+            self._call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._call
+            return
         if worker is not None:
             await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.execution.execution_id)
         try:

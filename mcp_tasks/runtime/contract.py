@@ -53,12 +53,15 @@ ENV_SERVE_HOST: Final = "MCPTASKS_SERVE_HOST"
 """Address a warm worker listens on; default `0.0.0.0` (all interfaces of its pod). Embedded: `127.0.0.1`."""
 ENV_SERVE_CONCURRENCY: Final = "MCPTASKS_SERVE_CONCURRENCY"
 """Calls one warm worker runs at once (`spec.warm.concurrency`); more are refused with 429. Default 1."""
+ENV_SERVE_TOOL: Final = "MCPTASKS_SERVE_TOOL"
+"""The tool a warm worker serves: a call naming another tool (a stale address reused by another
+tool's pod) is refused with 409, before anything runs."""
 ENV_SERVE_PARENT_PID: Final = "MCPTASKS_SERVE_PARENT_PID"
 """Embedded only: the runner's pid. The worker exits when its parent is gone, so a crashed server
 leaves no warm worker behind."""
 
 PATH_CALLS: Final = "/v1/calls"
-"""Served by a warm worker. POST `{executionId, arguments, inputResponses, taskId, attempt,
+"""Served by a warm worker. POST `{executionId, tool?, arguments, inputResponses, taskId, attempt,
 inputBeforeTask?, workerUrl?, workerToken?, maxRunTimeSeconds?, cancelGraceSeconds?}` → 200 with an
 NDJSON stream (`application/x-ndjson`) of events, one JSON object per line, the last one final:
 
@@ -70,8 +73,9 @@ NDJSON stream (`application/x-ndjson`) of events, one JSON object per line, the 
   (the tool raised).
 
 Input requests and their answers go to `workerUrl` (`/input-requests`, `/input-responses`, with
-`workerToken`), as for a one-shot run. 429 when the worker already runs `concurrency` calls; 400 for a
-malformed body."""
+`workerToken`), as for a one-shot run. 429 when the worker already runs `concurrency` calls; 409 when
+`tool` is not the one it serves; 400 for a malformed body. A caller that closes its connection cancels
+the call."""
 PATH_HEALTH: Final = "/healthz"
 """Served by a warm worker: GET → 200 `{"status": "ok", "calls": N, "concurrency": C}`, 503 once it drains."""
 EVENT_FINAL: Final = frozenset({"result", "error", "cancelled", "inputRequired", "crashed"})

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -56,6 +57,18 @@ class _Call:
     grace_s: float
     cancelled: threading.Event = field(default_factory=threading.Event)
     stop_by: float | None = None
+    connection: socket.socket | None = None  # the caller's; its end means the caller is gone
+
+    def caller_gone(self) -> bool:
+        """Whether the caller closed its connection (peeked without blocking; never consumes a byte)."""
+        if self.connection is None:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     def cancel(self, now: float) -> None:
         self.cancelled.set()
@@ -101,7 +114,7 @@ class WarmServer(ThreadingHTTPServer):
             with self.lock:
                 calls = list(self.calls.values())
             for call in calls:
-                if now >= call.deadline:
+                if now >= call.deadline or (not call.cancelled.is_set() and call.caller_gone()):
                     call.cancel(now)
                 if call.stop_by is not None and now >= call.stop_by:
                     sys.stderr.write(
@@ -163,6 +176,11 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, TypeError, RecursionError) as exc:
             self._json(400, {"message": f"not a call: {exc}"})
             return
+        expected = os.environ.get(contract.ENV_SERVE_TOOL)
+        if expected and body.get("tool") not in (None, expected):  # a stale address now serving another tool
+            self._json(409, {"message": f"this worker serves tool {expected!r}, not {body.get('tool')!r}"})
+            return
+        call.connection = self.connection
         if not self.server.admit(call):
             self._json(429, {"message": f"this worker already runs {self.server.concurrency} call(s)"})
             return

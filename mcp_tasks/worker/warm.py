@@ -56,6 +56,7 @@ def call_body(tool: ToolSpec, execution: Execution, worker_url: str | None) -> J
     """The `POST /v1/calls` body for `execution` (the fields `GET /input` gives a one-shot run)."""
     body: JsonObject = {
         "executionId": execution.execution_id,
+        "tool": tool.name,
         "arguments": execution.arguments,
         "inputResponses": execution.pre_input_responses,
         "taskId": execution.task_id,

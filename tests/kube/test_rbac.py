@@ -14,6 +14,7 @@ import aiohttp
 
 from tests.controlplane.cluster import REPO, ControlPlane
 from tests.kube.conftest import Gateways, Operators, client
+from tests.kube.test_warm_tools import apply_warm, endpoints, until
 
 CHART = REPO / "charts" / "mcp-tasks"
 
@@ -79,6 +80,11 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
     assert not can(control_plane, operator_config, "update", "mcptasks"), "the operator never rewrites client intent"
     assert not can(control_plane, operator_config, "list", "secrets")
     assert not can(control_plane, operator_config, "get", "mcptasks", "-n", "default")
+    for kind in ("deployments", "services", "horizontalpodautoscalers"):  # warm tools, server-side applied
+        assert can(control_plane, operator_config, "create", kind) and can(
+            control_plane, operator_config, "patch", kind
+        )
+    assert not can(control_plane, gateway_config, "create", "deployments")
 
     operators.start(kubeconfig=operator_config)
     mcp = client(http_session, await gateways.start(kubeconfig=gateway_config))
@@ -91,3 +97,12 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
     await mcp.wait_status(sleeping, "working")
     await mcp.cancel(sleeping)
     assert (await mcp.wait_status(sleeping, "cancelled", "failed", timeout_s=30))["status"] == "cancelled"
+
+    apply_warm(control_plane, namespace, "warm-echo")  # a warm tool, run with the same least privilege
+    try:
+        await until(lambda: bool(endpoints(control_plane, namespace, "warm-echo")))
+        task_id = await mcp.start_task("warm_echo", {"text": "least"})
+        warm_task = await mcp.wait_status(task_id, "completed", "failed", timeout_s=30)
+        assert warm_task["result"]["content"][0]["text"].startswith("least pid="), warm_task
+    finally:
+        control_plane.kubectl("delete", "mcptool", "warm-echo", "-n", namespace)

@@ -269,3 +269,31 @@ async def test_tasks_of_a_warm_tool_run_on_its_pods_under_the_lease(
     answered = await mcp.wait_status(asking, "completed", "failed", timeout_s=WAIT_S)
     assert answered["result"]["content"][0]["text"] == "worked on warm"
     assert kube_json(control_plane, namespace, "jobs")["items"] == [], "no task of a warm tool got a Job"
+
+
+async def test_a_task_running_as_a_job_stays_the_jobs_when_its_tool_becomes_warm(
+    operators: Operators,
+    gateways: Gateways,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """warm-sleeper without `spec.warm` runs its task as a Job; made warm, and the operator restarted (its
+    copies of Jobs empty), the task must not be claimed by the warm runner and run a second time."""
+    namespace = warm_namespace
+    first = operators.start()
+    gateway = await gateways.start()
+    mcp = client(http_session, gateway)
+    task_id = await mcp.start_task("warm_sleeper", {"seconds": 12})
+    await mcp.wait_task(task_id, lambda t: "pid" in t.get("statusMessage", ""), timeout_s=WAIT_S)
+    assert kube_json(control_plane, namespace, "jobs")["items"], "it runs as a Job"
+    apply_warm(control_plane, namespace, "warm-sleeper")
+    operators.kill(first)
+    operators.start()
+    catalog: Any = gateway.services.catalog
+    await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")))
+    await asyncio.sleep(3)  # several claim passes of the new operator's warm runner
+    status = kube_json(control_plane, namespace, "mcptask", task_id)["status"]
+    assert status["attempt"] == 1 and "lease" not in status, status
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
+    assert done["result"]["content"][0]["text"].startswith("slept on attempt 1"), done
