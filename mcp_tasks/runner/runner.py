@@ -259,8 +259,8 @@ class LocalRunner:
             _done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
             for task in pending:
                 logger.error("task supervisor %s did not stop in time", task.get_name())
+        # kept, closed: a call arriving this late finds its pool closed rather than starting a new one
         await asyncio.gather(*(pool.aclose(self.settings.shutdown_grace_s) for pool in self._pools.values()))
-        self._pools.clear()
         if self._session is not None:
             await self._session.close()
         if self._web_runner is not None:

@@ -177,14 +177,18 @@ class WarmPool:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-        await asyncio.gather(*(worker.process.stop(grace_s) for worker in list(self.workers)))
-        for life in list(self._lives):
+        lives = list(self._lives)
+        for life in lives:  # a worker being spawned finishes spawning first (see `_live`), so it is stopped below
             life.cancel()
-        for worker in self.workers:
-            worker.process.discard_log()
-        for worker in self.workers:
+        await asyncio.gather(*lives, return_exceptions=True)
+        workers = list(self.workers)
+        await asyncio.gather(*(worker.process.stop(grace_s) for worker in workers))
+        for worker in workers:
             if worker.exited is not None:
                 worker.exited.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await worker.exited
+            worker.process.discard_log()
         self.workers.clear()
 
     # ---------------------------------------------------------------- calls
@@ -201,6 +205,8 @@ class WarmPool:
         deadline = None if timeout_s is None else loop.time() + timeout_s
         async with self._changed:
             while True:
+                if self._closing:
+                    raise WarmUnavailable(f"the server is stopping; tool {self.tool.name!r} takes no more calls")
                 free = [w for w in self.workers if w.ready and w.calls < self.spec.concurrency]
                 if free:
                     worker = min(free, key=lambda w: w.calls)
@@ -268,8 +274,13 @@ class WarmPool:
         delay = self._next_start - self._now()
         if delay > 0:
             await asyncio.sleep(delay)
+        spawning = asyncio.ensure_future(worker.process.start())
         try:
-            await worker.process.start()
+            await asyncio.shield(spawning)
+        except asyncio.CancelledError:  # the pool closes: let the spawn finish, so `aclose` stops the process
+            with contextlib.suppress(OSError):
+                await spawning
+            raise
         except OSError as exc:
             await self._failed(worker, f"cannot start {self.tool.manifest.container.command[0]!r}: {exc}")
             return
