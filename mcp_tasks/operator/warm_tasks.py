@@ -97,6 +97,11 @@ class WarmTaskRunner(LocalRunner):
         self._loops = [asyncio.create_task(self._claim_loop(), name="warm-tasks-claim")]
         logger.info("warm task runner %s started; pods call back on %s", self.holder, self._base_url)
 
+    def _pool(self, tool: ToolSpec) -> WarmWorkers:
+        pool = super()._pool(tool)
+        pool.tool = tool  # the McpTool may have changed since: its limits and concurrency as declared now
+        return pool
+
     def _new_pool(self, tool: ToolSpec) -> WarmWorkers:
         assert self._session is not None, "start() first"
         name = tool.name

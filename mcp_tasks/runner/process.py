@@ -121,8 +121,8 @@ class ToolProcess:
             cwd = str(Path(self.tool.base_dir, cwd))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
-        try:
-            self._process = await asyncio.create_subprocess_exec(
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *command_for(self.tool),
                 cwd=cwd,
                 env=env,
@@ -131,6 +131,17 @@ class ToolProcess:
                 stderr=log_fd,
                 start_new_session=True,
             )
+        )
+        try:
+            self._process = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled mid-spawn (the server stops): the process may exist already. Stop it rather than
+            # leave it running unseen past its event loop.
+            with contextlib.suppress(OSError):
+                self._process = await spawn
+                self._signal_group(signal.SIGKILL)
+                await self._process.wait()
+            raise
         finally:
             os.close(log_fd)
 

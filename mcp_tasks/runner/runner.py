@@ -524,7 +524,7 @@ class LocalRunner:
                     return
                 where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
                 logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
-                await self._record_process(record.task_id, process, execution)
+                await self._recorded(record.task_id, tool, process, execution)
             await self._follow(record.task_id, tool, process, execution)
         finally:
             self.executions.remove(execution)
@@ -588,6 +588,14 @@ class LocalRunner:
                 renewed = transitions.renew(record, self.holder, now, self._lease, tool.execution.ttl_ms)
                 with contextlib.suppress(VersionConflict):  # the client wrote meanwhile: read again
                     await self._write(record, renewed)
+
+    async def _recorded(self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution) -> None:
+        """`_record_process`, and a server stopping meanwhile stops the run it started (as `_follow` would)."""
+        try:
+            await self._record_process(task_id, process, execution)
+        except asyncio.CancelledError:
+            await self._stop_on_shutdown(task_id, tool, process)
+            raise
 
     async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
@@ -926,7 +934,7 @@ class LocalRunner:
 
         async def follow() -> None:
             try:
-                await self._record_process(task_id, process, execution)
+                await self._recorded(task_id, tool, process, execution)
                 await self._follow(task_id, tool, process, execution, exited)
             finally:
                 self.executions.remove(execution)

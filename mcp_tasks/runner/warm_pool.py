@@ -165,7 +165,11 @@ class WarmPool:
         return asyncio.get_running_loop().time()
 
     async def start(self) -> None:
-        """Start the maintenance loop, which brings the pool up to `minWorkers` at once."""
+        """Start the maintenance loop, which brings the pool up to `minWorkers` at once (not once closed:
+        a server stopped right after it started closes its pools before their start ran).
+        """
+        if self._closing:
+            return
         self._loop_task = asyncio.create_task(self._maintain(), name=f"warm-pool-{self.tool.name}")
 
     async def aclose(self, grace_s: float) -> None:
@@ -248,6 +252,8 @@ class WarmPool:
 
     def _start_worker_soon(self) -> None:
         """Start one worker now, or when the back-off after failed starts allows (it is counted at once)."""
+        if self._closing:
+            return
         self._serial += 1
         port = _free_port()
         env = {
@@ -274,6 +280,9 @@ class WarmPool:
         delay = self._next_start - self._now()
         if delay > 0:
             await asyncio.sleep(delay)
+        if self._closing:
+            await self._forget(worker)
+            return
         spawning = asyncio.ensure_future(worker.process.start())
         try:
             await asyncio.shield(spawning)
