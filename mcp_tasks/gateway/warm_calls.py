@@ -22,6 +22,7 @@ import aiohttp
 
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks import results
 from mcp_tasks.tasks.interfaces import InlineCall, ToolExecutor
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.worker.channel import WorkerChannel
@@ -103,7 +104,7 @@ class WarmCallExecutor:
                         logger.info("warm worker %s of %s refused the call: %s", endpoint, tool.name, exc)
                         continue
                     metrics.WARM_CALLS.labels(tool.name, "lost").inc()
-                    return error_result(f"The warm worker running {tool.name!r} was lost mid-call ({exc}); call again")
+                    return results.worker_lost_mid_call(tool.name, str(exc))
                 except asyncio.CancelledError:  # past the synchronous wait, or the client is gone
                     self._cancel_soon(target, execution.execution_id)
                     raise

@@ -45,7 +45,7 @@ from mcp_tasks.operator import observe
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks import results, transitions
+from mcp_tasks.tasks import deadlines, results
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -63,8 +63,8 @@ JOB_LOST: Final = (
     "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
-CLIENT_CANCEL: Final = "Cancelled at the client's request"
-ADMIN_CANCEL: Final = "Cancelled by an administrator (spec.cancelRequested set on the McpTask)"
+CLIENT_CANCEL: Final = deadlines.CLIENT_CANCEL
+ADMIN_CANCEL: Final = deadlines.ADMIN_CANCEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ def decide(
     if job is None and _warm_held(record, tool, now):
         live = record.lease is not None and record.lease.expires_at > now
         return Plan((), _after([record.lease.expires_at] if live and record.lease else [], now))
-    deadlines: list[datetime] = []
+    due: list[datetime] = []
     first: tuple[Action, ...] = ()
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
     if record.retention_ms is not None:  # a hidden task is kept shorter than its tool's ttlMs
@@ -172,49 +172,53 @@ def decide(
     if now >= renew_at:
         first = (RenewTtl(retention_ms),)
     else:
-        deadlines.append(renew_at)
-    if record.watched_until is not None:
-        deadlines.append(record.watched_until)
+        due.append(renew_at)
 
-    abandoned = transitions.is_abandoned(record, now)
-    if abandoned or record.cancel_requested_at is not None:
-        return _cancelling(record, job, pods, abandoned, first)
+    start_deadline, not_started = _start_deadline(pods, settings)
+    started_at = None if job is None else observe.created_at(job)
+    limits = tool.execution if tool is not None else None
+    run = deadlines.RunFacts(started_at=started_at, start_deadline=start_deadline)
+    stop = deadlines.next_stop(record, now, limits, run)
+    if stop is deadlines.Stop.CANCEL or stop is deadlines.Stop.ABANDONED:
+        return _cancelling(job, pods, deadlines.verdict(stop, record, limits), first)
     if job is None:
         return _without_job(record, tool, first)
     if _deleting(job):
-        return Plan(first, _after(deadlines, now))  # deleted by someone else: its DELETED event wakes us
+        return Plan(first, _after(due, now))  # deleted by someone else: its DELETED event wakes us
     if record.attempt == 0:
         first = (*first, CountAttempt())
-
-    if tool is not None:
-        limits = tool.execution
-        if transitions.input_wait_exceeded(record, limits.max_input_wait_seconds, now):
-            message = transitions.input_wait_message(record.tool, limits.max_input_wait_seconds)
-            return Plan((*first, Fail(message, "InputTimeout"), DeleteJob()))
-        used = transitions.run_time_used_s(record, observe.created_at(job), now)
-        if used >= limits.max_run_time_seconds:  # counted from this Job's creation: confirm it is this Job
-            message = f"Tool {record.tool!r} exceeded its maximum run time of {limits.max_run_time_seconds:g}s"
-            return Plan((*first, Fail(message, "DeadlineExceeded"), DeleteJob()), confirm=True)
-        if record.status is TaskStatus.INPUT_REQUIRED and record.input_required_since is not None:
-            # `input_wait_exceeded` is strict (>): look again just after the limit
-            deadlines.append(record.input_required_since + timedelta(seconds=limits.max_input_wait_seconds + 0.001))
-        else:
-            deadlines.append(now + timedelta(seconds=limits.max_run_time_seconds - used))
+    if stop is deadlines.Stop.INPUT_TIMEOUT:
+        ending = deadlines.verdict(stop, record, limits)
+        return Plan((*first, Fail(ending.message, ending.reason), DeleteJob()))
+    if stop is deadlines.Stop.DEADLINE:  # counted from this Job's creation: confirm it is this Job
+        ending = deadlines.verdict(stop, record, limits)
+        return Plan((*first, Fail(ending.message, ending.reason), DeleteJob()), confirm=True)
 
     outcome = observe.job_outcome(job)
     if outcome is not None:
         return Plan((*first, _ended(record, tool, outcome, pods)))
+    if stop is deadlines.Stop.START_TIMEOUT:  # what the copies of its pods say: confirm on fresh reads
+        ending = deadlines.verdict(stop, record, limits, not_started)
+        return Plan((*first, Fail(ending.message, ending.reason), DeleteJob()), confirm=True)
+    if isinstance(stop, datetime):
+        due.append(stop)
+    return Plan(first, _after(due, now))
 
+
+def _start_deadline(pods: list[JsonObject], settings: OperatorSettings) -> tuple[datetime | None, str]:
+    """When the first of the Job's pods that cannot start (`ImagePullBackOff`, unschedulable) gives up,
+    and the sentence saying so; `(None, "")` when every pod started or may still.
+    """
+    earliest: tuple[datetime | None, str] = (None, "")
     for pod in pods:
         problem = observe.start_problem(pod)
         if problem is None:
             continue
         gives_up_at = observe.created_at(pod) + timedelta(seconds=settings.start_deadline_s)
-        if now >= gives_up_at:
+        if earliest[0] is None or gives_up_at < earliest[0]:
             message = f"The tool's pod could not start within {settings.start_deadline_s:g}s ({problem})"
-            return Plan((*first, Fail(message, "StartTimeout"), DeleteJob()), confirm=True)
-        deadlines.append(gives_up_at)
-    return Plan(first, _after(deadlines, now))
+            earliest = (gives_up_at, message)
+    return earliest
 
 
 def _finished(record: TaskRecord, job: JsonObject | None, now: datetime) -> Plan:
@@ -228,7 +232,7 @@ def _finished(record: TaskRecord, job: JsonObject | None, now: datetime) -> Plan
 
 
 def _cancelling(
-    record: TaskRecord, job: JsonObject | None, pods: list[JsonObject], abandoned: bool, first: tuple[Action, ...]
+    job: JsonObject | None, pods: list[JsonObject], ending: deadlines.Verdict, first: tuple[Action, ...]
 ) -> Plan:
     steps: list[Action] = list(first)
     if job is not None and not _deleting(job):
@@ -236,11 +240,7 @@ def _cancelling(
     if any(observe.is_running(pod) for pod in pods):
         # the pod got SIGTERM and may still finish first; look again, at the pods themselves
         return Plan(tuple(steps), CANCEL_RECHECK_S, confirm=True)
-    if abandoned:
-        message = transitions.ABANDONED_MESSAGE
-    else:
-        message = CLIENT_CANCEL if record.cancel_requested_by else ADMIN_CANCEL
-    return Plan((*steps, Cancel(message)), confirm=True)
+    return Plan((*steps, Cancel(ending.message)), confirm=True)
 
 
 def _without_job(record: TaskRecord, tool: ToolSpec | None, first: tuple[Action, ...]) -> Plan:

@@ -863,10 +863,7 @@ class LocalRunner:
                 if process.worker_lost and not process.delivered:
                     return error_result(f"No warm worker of {tool.name!r} took the call ({process.stderr_tail()})")
                 if process.worker_lost:
-                    return error_result(
-                        f"The warm worker running {tool.name!r} was lost mid-call ({process.stderr_tail()}); "
-                        "its outcome is unknown"
-                    )
+                    return results.worker_lost_mid_call(tool.name, process.stderr_tail())
                 return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
             if isinstance(outcome, AskedForInput):

@@ -41,6 +41,23 @@ def exited_without_result(tool_name: str, exit_code: int | None, output_tail: st
     return error_result(f"{text}. Its last output:\n{output_tail}" if output_tail else text)
 
 
+def worker_lost_mid_call(tool_name: str, why: str) -> JsonObject:
+    """The one outcome of a synchronous call whose warm worker died after it took the call, in every executor.
+
+    The tool may have done part or all of its work, so neither "call again" nor a silent re-run is safe
+    for a tool that is not idempotent: the caller is told the outcome is unknown (docs/tool-runtime.md §7).
+    A call no worker took never gets here: it goes to another worker or runs as a hidden task.
+
+    Args:
+        tool_name: the tool's MCP name.
+        why: what was seen of the loss (the worker's exit, a reset connection), without secrets.
+    """
+    return error_result(
+        f"The warm worker running {tool_name!r} was lost mid-call ({why}); its outcome is unknown, so check "
+        "the tool's side effects before calling it again"
+    )
+
+
 def encode(result: JsonObject) -> bytes:
     """Compact UTF-8 JSON of a result, as it would be stored."""
     return json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()

@@ -398,8 +398,23 @@ def report_progress(
     return _move(record, record.status, now, status_message=shown[:STATUS_MESSAGE_LIMIT], progress=numbers)
 
 
+def retained_ttl(record: TaskRecord, now: datetime) -> int:
+    """`ttl_ms` of a task that finishes at `now`: readable until the later of `created_at + ttl_ms` and
+    `now + retention`, where the retention is the `ttlMs` the task was created with (its own `retention_ms`,
+    the tool's `ttlMs` or a hidden task's `INLINE_TTL_MS`).
+
+    A run that outlasts its `ttlMs` between two keep-alive writes (or with no keep-alive at all) would
+    otherwise end already expired, its result never readable (docs/design.md §11; SEP-2663: `ttlMs` MAY
+    change). Units: milliseconds since `created_at`.
+    """
+    retention_ms = record.retention_ms if record.retention_ms is not None else record.ttl_ms
+    ended_after_ms = to_epoch_ms(now) - to_epoch_ms(record.created_at)
+    return max(record.ttl_ms, ended_after_ms + retention_ms)
+
+
 def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
-    return _move(record, status, now, input_requests={}, input_responses={}, lease=None, **changes)
+    ttl_ms = retained_ttl(record, now)
+    return _move(record, status, now, input_requests={}, input_responses={}, lease=None, ttl_ms=ttl_ms, **changes)
 
 
 COMPLETION_MESSAGE_LIMIT: Final = 200

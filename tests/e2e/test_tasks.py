@@ -145,6 +145,15 @@ async def test_a_finished_task_is_readable_until_created_plus_ttl_then_gone(mcp:
             await embedded.store.wait_for_change(0.1)
 
 
+async def test_a_task_that_runs_past_its_ttl_is_readable_after_it_ends(mcp: McpHttp) -> None:
+    """Our rule (docs/design.md §11): a run longer than its `ttlMs` (1.5 s here, no lease renewal in
+    between) ends readable for that `ttlMs` again, never already expired."""
+    task_id = await mcp.start_task("short_ttl", {"seconds": 2.5})
+    done = await mcp.wait_status(task_id, "completed")
+    assert done["ttlMs"] >= 2_500 + 1_500, done
+    assert (await mcp.get(task_id)).result["status"] == "completed"
+
+
 async def test_a_running_task_is_never_expired_its_ttl_grows(mcp: McpHttp) -> None:
     """SEP-2663: `ttlMs` MAY change; ours grows while the task runs so a long task never disappears."""
     task_id = await mcp.start_task("slow_compute", {"seconds": 60, "label": "long"})

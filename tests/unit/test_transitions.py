@@ -84,6 +84,29 @@ def test_only_the_lease_holder_renews_and_running_tasks_keep_their_ttl_ahead() -
 
 
 @pytest.mark.parametrize(
+    "finish",
+    [
+        lambda r, now: transitions.complete(r, {"content": []}, now),
+        transitions.failing("lost", "OutcomeUnknown"),
+        transitions.cancel,
+    ],
+    ids=["completed", "failed", "cancelled"],
+)
+def test_a_task_that_outlived_its_ttl_stays_readable_its_retention_after_it_ends(finish: Any) -> None:
+    """Our rule (docs/design.md §11): a finished task is readable until the later of `createdAt + ttlMs`
+    and its end plus the `ttlMs` it was created with, whatever the keep-alive did meanwhile."""
+    record = dataclasses.replace(fresh(), ttl_ms=1_500, retention_ms=1_500)
+    ended_at = NOW + timedelta(seconds=20)
+    ended = finish(record, ended_at)
+    assert ended.status.is_terminal
+    assert ended.expires_at == ended_at + timedelta(milliseconds=1_500)
+    assert not ended.is_expired(ended_at + timedelta(milliseconds=1_499))
+    assert ended.is_expired(ended_at + timedelta(milliseconds=1_500))
+    quick = finish(dataclasses.replace(fresh(), ttl_ms=3_600_000, retention_ms=1_500), NOW + timedelta(seconds=1))
+    assert quick.ttl_ms == 3_600_000  # an expiry further out than that is never shortened
+
+
+@pytest.mark.parametrize(
     ("declared", "asked", "missing"),
     [
         (None, {"method": "elicitation/create", "params": {}}, None),
