@@ -16,6 +16,7 @@ from typing import Final
 
 from aiohttp import web
 
+from mcp_tasks import aio
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.responses import SSE_HEADERS, sse_frame
 from mcp_tasks.gateway.task_methods import render_task
@@ -40,16 +41,7 @@ async def wait_for_change_or_shutdown(
     """
     if shutdown.is_set():
         return True
-    waits = [
-        asyncio.ensure_future(store.wait_for_change(timeout_s, task_id)),
-        asyncio.ensure_future(shutdown.wait()),
-    ]
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waits:
-            waiter.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+    await aio.first_of(store.wait_for_change(timeout_s, task_id), shutdown.wait(), asyncio.sleep(timeout_s))
     return shutdown.is_set()
 
 
