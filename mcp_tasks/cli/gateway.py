@@ -8,7 +8,6 @@ elsewhere a kubeconfig.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -19,8 +18,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from kubernetes_asyncio import config
-from kubernetes_asyncio.client import ApiClient, Configuration, CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from mcp_tasks import __version__, observability
 from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
@@ -29,8 +27,9 @@ from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.artifacts import FileArtifactStore
-from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.store.kubernetes.client import close_api_client, open_api_client
+from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.inline import TaskBackedExecutor
 from mcp_tasks.tasks.interfaces import ToolExecutor, utc_now
 from mcp_tasks.worker.channel import WorkerChannel
@@ -89,26 +88,17 @@ def _config_hint(settings: KubernetesSettings) -> str:
     return "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod"
 
 
-def api_error(exc: ApiException) -> str:
-    """`<status> <reason>: <the API server's message>` of an error answer."""
-    message = ""
-    try:
-        message = str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        message = ""
-    return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
-
-
 async def operator_is_running(api_client: ApiClient, namespace: str, peering: str = "mcp-tasks") -> bool:
     """Tell whether an operator announced itself in the namespace's KopfPeering object within its lifetime.
 
-    Best effort: no permission or no peering object means "no operator seen".
+    Best effort: no permission, no peering object or no answer means "no operator seen".
     """
+    objects = client.Apis(api_client).objects
     try:
-        obj: Any = await CustomObjectsApi(api_client).get_namespaced_custom_object(
-            "kopf.dev", "v1", namespace, "kopfpeerings", peering
+        obj: Any = await client.call(
+            objects.get_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", peering
         )
-    except ApiException:
+    except (client.ApiError, StoreUnavailable):
         return False
     now = datetime.now(UTC)
     for peer in (obj.get("status") or {}).values():
@@ -158,11 +148,11 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         try:
             await store.open()
             await catalog.open()
-        except ApiException as exc:
+        except (client.ApiError, StoreUnavailable) as exc:
             await store.aclose()
             await close_api_client(cluster.api_client)
             raise SettingsError(
-                f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {api_error(exc)} "
+                f"cannot watch McpTasks/McpTools in namespace {cluster.namespace!r}: {exc} "
                 "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
             ) from exc
         if runner is not None:

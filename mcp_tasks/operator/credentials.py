@@ -6,23 +6,25 @@ server who it is (`TokenReview` with that audience: the pod's name and uid come 
 then follows the owner chain it created itself: that pod, labelled with the task id, controlled by
 the Job `mcptask-<taskId>`, which is controlled by the McpTask of that id. Only then is the call the
 task's. A verified token is remembered for `VERIFIED_FOR_S`, so a tool's calls cost one review a
-minute, not one each. The operator needs `create tokenreviews` (the `system:auth-delegator`
-ClusterRole) and `get` on pods and Jobs, and no access to Secrets at all (docs/kubernetes.md).
+minute, not one each. The whole verification is bounded (`REVIEW_TIMEOUT_S`), so a slow API server
+refuses a worker call (as for an unknown token) instead of hanging it. The operator needs `create
+tokenreviews` (the `system:auth-delegator` ClusterRole) and `get` on pods and Jobs, and no access to
+Secrets at all (docs/kubernetes.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from typing import Any, Final, cast
 
-from kubernetes_asyncio.client import ApiClient, AuthenticationV1Api, BatchV1Api, CoreV1Api
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.operator.jobs import TASK_ID_LABEL, WORKER_TOKEN_AUDIENCE, object_name
-from mcp_tasks.store.kubernetes import KubernetesTaskStore
-from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
 from mcp_tasks.tasks.interfaces import ToolCatalog
 from mcp_tasks.worker.executions import Execution
 
@@ -34,6 +36,8 @@ VERIFIED_FOR_S: Final = 60.0
 """How long a verified token is believed without another review, in seconds."""
 MAX_REMEMBERED: Final = 10_000
 """Verified tokens remembered at most (then the memory starts afresh)."""
+REVIEW_TIMEOUT_S: Final = 10.0
+"""Longest a token's verification (review, pod, Job, McpTask) may take in all, in seconds."""
 
 
 def _controller(obj: Any) -> Any:
@@ -47,18 +51,22 @@ class PodIdentity:
         api: an API client with the operator's credentials.
         namespace: where the operator's tasks, Jobs and pods live.
         store: the McpTask store (the chain ends at the McpTask's uid).
+        timeout_s: longest one token's verification may take in all, in seconds; past it the token is refused.
     """
 
-    def __init__(self, api: ApiClient, namespace: str, store: KubernetesTaskStore) -> None:
+    def __init__(
+        self, api: ApiClient, namespace: str, store: KubernetesTaskStore, timeout_s: float = REVIEW_TIMEOUT_S
+    ) -> None:
         self.namespace = namespace
         self.store = store
-        self._auth = AuthenticationV1Api(api)
-        self._core = CoreV1Api(api)
-        self._batch = BatchV1Api(api)
+        self.timeout_s = timeout_s
+        self._api = client.Apis(api)
         self._verified: dict[str, tuple[str, float]] = {}
 
     async def task_of(self, token: str) -> str | None:
-        """The task id whose pod holds `token`; `None` for a token that is not one (any reason alike)."""
+        """The task id whose pod holds `token`; `None` for a token that is not one (any reason alike, also
+        an API server that does not confirm it within `timeout_s` seconds).
+        """
         if not token:
             return None
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -66,9 +74,13 @@ class PodIdentity:
         if known is not None and known[1] > time.monotonic():
             return known[0]
         try:
-            task_id = await self._review(token)
-        except ApiException as exc:
-            logger.warning("worker API: could not verify a pod's token (%s %s)", exc.status, exc.reason)
+            async with asyncio.timeout(self.timeout_s):  # the whole chain, not only each request
+                task_id = await self._review(token)
+        except TimeoutError:
+            logger.warning("worker API: could not verify a pod's token within %.1f s", self.timeout_s)
+            return None
+        except (client.ApiError, StoreUnavailable) as exc:
+            logger.warning("worker API: could not verify a pod's token (%s)", exc)
             return None
         if task_id is not None:
             if len(self._verified) >= MAX_REMEMBERED:
@@ -82,7 +94,7 @@ class PodIdentity:
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": [WORKER_TOKEN_AUDIENCE]},
         }
-        answer = await self._auth.create_token_review(cast(Any, review))
+        answer = await client.call(self._api.auth.create_token_review, cast(Any, review), timeout_s=self.timeout_s)
         status = answer.status
         if not status.authenticated or WORKER_TOKEN_AUDIENCE not in (status.audiences or []):
             return None
@@ -98,23 +110,23 @@ class PodIdentity:
     async def _chain(self, pod_name: str, pod_uid: str) -> str | None:
         """Pod (that uid, labelled with a task) → its controller Job `mcptask-<taskId>` → the McpTask."""
         try:
-            pod = await self._core.read_namespaced_pod(pod_name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        task_id = (pod.metadata.labels or {}).get(TASK_ID_LABEL)
+            pod = await client.call(
+                self._api.core.read_namespaced_pod, pod_name, self.namespace, timeout_s=self.timeout_s
+            )
+        except client.NotFound:
+            return None
+        task_id = str((pod.metadata.labels or {}).get(TASK_ID_LABEL) or "")
         job_ref = _controller(pod)
         if pod.metadata.uid != pod_uid or not task_id or job_ref is None or job_ref.kind != "Job":
             return None
         if job_ref.name != object_name(task_id):
             return None
         try:
-            job = await self._batch.read_namespaced_job(job_ref.name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            job = await client.call(
+                self._api.batch.read_namespaced_job, job_ref.name, self.namespace, timeout_s=self.timeout_s
+            )
+        except client.NotFound:
+            return None
         task_ref = _controller(job)
         task = await self.store.raw(task_id)
         if job.metadata.uid != job_ref.uid or task_ref is None or task is None:

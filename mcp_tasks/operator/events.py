@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, cast
 
-from kubernetes_asyncio.client import ApiClient, EventsV1Api
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator.jobs import object_name
 from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.resources import GROUP, VERSION
 from mcp_tasks.store.kubernetes.store import KubernetesTaskStore
 from mcp_tasks.tasks.record import TaskRecord
@@ -97,7 +97,7 @@ class EventRecorder:
     """
 
     def __init__(self, api: ApiClient, namespace: str, store: KubernetesTaskStore) -> None:
-        self._events = EventsV1Api(api)
+        self._events = client.Apis(api).events
         self._namespace = namespace
         self._store = store
         self._queue: asyncio.Queue[TaskEvent] = asyncio.Queue(QUEUE_SIZE)
@@ -151,17 +151,16 @@ class EventRecorder:
             name, count, first = known
             patch = {"series": {"count": count + 1, "lastObservedTime": _micro_time(now)}}
             try:
-                await self._events.patch_namespaced_event(name, self._namespace, patch, **MERGE_PATCH)
+                await client.call(self._events.patch_namespaced_event, name, self._namespace, patch, **MERGE_PATCH)
                 self._series[key] = (name, count + 1, first)
                 return
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            except client.NotFound:
+                pass  # the Event expired (the API server keeps them an hour): start a new one
         obj = await self._store.raw(event.task_id)
         if obj is None:
             return  # the task is gone: nothing to report about
         body = self._body(event, obj, now)
-        await self._events.create_namespaced_event(self._namespace, cast(Any, body))
+        await client.call(self._events.create_namespaced_event, self._namespace, cast(Any, body))
         self._series[key] = (body["metadata"]["name"], 1, time.monotonic())
         while len(self._series) > QUEUE_SIZE:
             self._series.popitem(last=False)

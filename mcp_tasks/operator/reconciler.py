@@ -25,12 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
-from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1DeleteOptions
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, V1DeleteOptions
 
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
@@ -41,7 +40,7 @@ from mcp_tasks.operator.jobs import TASK_ID_LABEL, TOOL_RUN_SELECTOR, build_job,
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
 from mcp_tasks.store.kubernetes.watch import list_pages
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
@@ -84,8 +83,8 @@ class Reconciler:
         emit: Callable[[TaskEvent], None] | None = None,
     ) -> None:
         self.emit = emit or (lambda event: None)
-        self.batch = BatchV1Api(api)
-        self.core = CoreV1Api(api)
+        apis = client.Apis(api)
+        self.batch, self.core = apis.batch, apis.core
         self.store = store
         self.namespace = store.namespace
         self.catalog = catalog
@@ -247,10 +246,10 @@ class Reconciler:
         with tracing.span("mcp.task.job", record.traceparent, {"mcp.tool": tool.name}) as traceparent:
             job = build_job(task, tool, self.settings, traceparent)
             try:
-                created = await _json(self.batch.create_namespaced_job, self.namespace, cast(Any, job))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+                created = await client.call_json(
+                    self.batch.create_namespaced_job, self.namespace, cast(Any, job), timeout_s=REQUEST_TIMEOUT_S
+                )
+            except client.Conflict:
                 existing = await self._read_job(record.task_id)  # adopted: into the copies now, not at
                 if existing is not None:  # the next event, so its run is counted at once
                     self.children.job_event("ADDED", existing)
@@ -271,12 +270,14 @@ class Reconciler:
     async def _delete_job(self, task_id: str) -> bool:
         """Delete the task's Job, its pods in the background; False when it was already gone."""
         try:
-            await self.batch.delete_namespaced_job(
-                object_name(task_id), self.namespace, body=V1DeleteOptions(propagation_policy="Background")
+            await client.call(
+                self.batch.delete_namespaced_job,
+                object_name(task_id),
+                self.namespace,
+                body=V1DeleteOptions(propagation_policy="Background"),
+                timeout_s=REQUEST_TIMEOUT_S,
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        except client.NotFound:
             self.children.forget_job(task_id)  # a copy that outlived its Job
             return False
         metrics.JOBS_DELETED.inc()
@@ -285,20 +286,29 @@ class Reconciler:
     async def _read_job(self, task_id: str) -> JsonObject | None:
         """The task's Job from the API server (authoritative), or `None`."""
         try:
-            return await _json(self.batch.read_namespaced_job, object_name(task_id), self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            return await client.call_json(
+                self.batch.read_namespaced_job, object_name(task_id), self.namespace, timeout_s=REQUEST_TIMEOUT_S
+            )
+        except client.NotFound:
+            return None
 
-    async def _list(self, call: Callable[..., Awaitable[Any]], selector: str) -> tuple[list[JsonObject], str]:
+    async def job_exists(self, task_id: str) -> bool:
+        """Whether task `task_id` has a Job: the copy, else an authoritative read (copies lag; a standby has none).
+
+        Raises:
+            StoreUnavailable: the API server did not answer within `REQUEST_TIMEOUT_S`.
+            client.ApiError: it refused the read (e.g. 403).
+        """
+        return self.children.job(task_id) is not None or await self._read_job(task_id) is not None
+
+    async def _list(self, call: client.ApiMethod, selector: str) -> tuple[list[JsonObject], str]:
         """One consistent LIST in pages of `LIST_PAGE_SIZE`, each trimmed to what decisions read: the
         items and the listing's resourceVersion.
         """
         items: list[JsonObject] = []
         listed_at = ""
         pages = list_pages(
-            call, self.namespace, label_selector=selector, page_size=LIST_PAGE_SIZE, _request_timeout=REQUEST_TIMEOUT_S
+            call, self.namespace, label_selector=selector, page_size=LIST_PAGE_SIZE, timeout_s=REQUEST_TIMEOUT_S
         )
         async for page in pages:
             items += [trim_child(item) for item in page.get("items") or []]
@@ -319,21 +329,3 @@ class Reconciler:
         if deleted:
             logger.info("deleted %d expired tasks", deleted)
         return deleted
-
-
-async def _json(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> JsonObject:
-    """One API call answered as plain JSON (no model objects: Jobs and pod lists are large).
-
-    Raises:
-        ApiException: any answer but 2xx (with `_preload_content=False` the client does not check).
-    """
-    response: Any = await call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
-    try:
-        if not 200 <= response.status <= 299:
-            error = ApiException(status=response.status, reason=response.reason)
-            error.body = await response.text()
-            raise error
-        body: JsonObject = await response.json()
-        return body
-    finally:
-        response.release()

@@ -13,9 +13,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
+from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog, ToolVerdict
 from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
 
@@ -51,7 +51,7 @@ def needs_write(verdict: ToolVerdict, condition: dict[str, Any]) -> bool:
 
 async def write_tool_statuses(api: ApiClient, namespace: str, catalog: KubernetesToolCatalog) -> None:
     """Run until cancelled: after each catalog change, patch the McpTools whose condition changed."""
-    objects = CustomObjectsApi(api)
+    objects = client.Apis(api).objects
     while True:
         await catalog.changed.wait()
         catalog.changed.clear()
@@ -62,12 +62,18 @@ async def write_tool_statuses(api: ApiClient, namespace: str, catalog: Kubernete
                 continue
             body = {"status": {"conditions": [condition]}}
             try:
-                await objects.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, TOOL_PLURAL, name, body, **MERGE_PATCH
+                await client.call(
+                    objects.patch_namespaced_custom_object_status,
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    TOOL_PLURAL,
+                    name,
+                    body,
+                    **MERGE_PATCH,
                 )
-            except ApiException as exc:
-                if exc.status != 404:  # deleted meanwhile: nothing to report on
-                    logger.warning("mcptool/%s: could not write its Valid condition: %s", name, exc.reason)
+            except client.NotFound:
+                pass  # deleted meanwhile: nothing to report on
             except Exception as exc:  # the API server is away: the next change (or relist) retries
                 logger.warning("mcptool/%s: could not write its Valid condition: %s", name, exc)
         await asyncio.sleep(0)

@@ -19,12 +19,11 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient, AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
+from mcp_tasks import aio
 from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.operator.warm import (
     FIELD_MANAGER,
@@ -38,8 +37,10 @@ from mcp_tasks.operator.warm import (
     warm_name,
 )
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
+from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.operator")
@@ -77,10 +78,8 @@ class WarmTools:
         self.catalog = catalog
         self.instance = instance
         self.resync_s = resync_s
-        self._apps = AppsV1Api(api)
-        self._core = CoreV1Api(api)
-        self._autoscaling = AutoscalingV2Api(api)
-        self._objects = CustomObjectsApi(api)
+        apis = client.Apis(api)
+        self._apps, self._core, self._autoscaling, self._objects = apis.apps, apis.core, apis.autoscaling, apis.objects
         self._serialize = api.sanitize_for_serialization
         self._applied: dict[str, str] = {}  # McpTool name → digest of what was applied last
         self._pods: dict[str, dict[str, str | None]] = {}  # McpTool label → pod name → endpoint (None: not ready)
@@ -89,11 +88,13 @@ class WarmTools:
     async def kill_pod(self, base_url: str) -> None:
         """Delete, at once, the warm pod serving at `base_url` (`http://ip:port`); its Deployment replaces it."""
         address = base_url.removeprefix("http://").rsplit(":", 1)[0]
-        listed = await self._core.list_namespaced_pod(self.namespace, label_selector=WARM_SELECTOR)
+        listed = await client.call(self._core.list_namespaced_pod, self.namespace, label_selector=WARM_SELECTOR)
         for pod in listed.items:
             if pod.status is not None and pod.status.pod_ip == address:
-                with contextlib.suppress(ApiException):
-                    await self._core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+                with contextlib.suppress(client.ApiError):
+                    await client.call(
+                        self._core.delete_namespaced_pod, pod.metadata.name, self.namespace, grace_period_seconds=0
+                    )
                     logger.warning("deleted warm pod %s: a call on it did not stop", pod.metadata.name)
 
     def pod_event(self, kind: str, pod: JsonObject) -> None:
@@ -144,19 +145,13 @@ class WarmTools:
                     logger.warning("warm tools: %s failed: %s; retrying in %.0fs", step.__name__, exc, RETRY_S)
                     healthy = False
             timeout = min(RETRY_S if not healthy else self.resync_s, max(next_resync - loop.time(), 0.0))
-            waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._wake.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-                await asyncio.gather(*waiters, return_exceptions=True)
+            await aio.first_of(changed.wait(), self._wake.wait(), asyncio.sleep(timeout))
 
     def _warm_tools(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
         return {name: served for name, served in self.catalog.served().items() if served[1].warm is not None}
 
     async def _relist_pods(self) -> bool:
-        listed = await self._core.list_namespaced_pod(self.namespace, label_selector=WARM_SELECTOR)
+        listed = await client.call(self._core.list_namespaced_pod, self.namespace, label_selector=WARM_SELECTOR)
         pods: dict[str, dict[str, str | None]] = {}
         for item in listed.items:
             pod = self._serialize(item)
@@ -181,19 +176,20 @@ class WarmTools:
             digest = hashlib.sha256(json.dumps(manifests, sort_keys=True).encode()).hexdigest()
             if self._applied.get(name) == digest:
                 continue
+            target = (warm_name(name), self.namespace)
             try:
-                await self._apps.patch_namespaced_deployment(warm_name(name), self.namespace, manifests[0], **APPLY)
-                await self._core.patch_namespaced_service(warm_name(name), self.namespace, manifests[1], **APPLY)
+                await client.call(self._apps.patch_namespaced_deployment, *target, manifests[0], **APPLY)
+                await client.call(self._core.patch_namespaced_service, *target, manifests[1], **APPLY)
                 if autoscaler is not None:
-                    await self._autoscaling.patch_namespaced_horizontal_pod_autoscaler(
-                        warm_name(name), self.namespace, autoscaler, **APPLY
-                    )
-            except ApiException as exc:
-                logger.warning("mcptool/%s: could not apply its warm workers: %s %s", name, exc.status, exc.reason)
-                if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
-                    self._applied[name] = digest  # refused as it is: again when the McpTool changes, or at resync
-                else:
-                    failed = True  # the API server is away: again in RETRY_S
+                    patch_autoscaler = self._autoscaling.patch_namespaced_horizontal_pod_autoscaler
+                    await client.call(patch_autoscaler, *target, autoscaler, **APPLY)
+            except client.ApiError as exc:
+                logger.warning("mcptool/%s: could not apply its warm workers: %s", name, exc)
+                self._applied[name] = digest  # refused as it is: again when the McpTool changes, or at resync
+                continue
+            except StoreUnavailable as exc:
+                logger.warning("mcptool/%s: could not apply its warm workers: %s", name, exc)
+                failed = True  # the API server is away: again in RETRY_S
                 continue
             self._applied[name] = digest
             logger.info("mcptool/%s: warm workers applied (Deployment and Service %s)", name, warm_name(name))
@@ -207,7 +203,7 @@ class WarmTools:
             for name, (_obj, tool) in self._warm_tools().items()
             if tool.warm is not None and tool.warm.autoscaling is not None
         }
-        kinds: list[tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]], set[str]]] = [
+        kinds: list[tuple[client.ApiMethod, client.ApiMethod, set[str]]] = [
             (self._apps.list_namespaced_deployment, self._apps.delete_namespaced_deployment, set(warm)),
             (self._core.list_namespaced_service, self._core.delete_namespaced_service, set(warm)),
             (
@@ -217,13 +213,13 @@ class WarmTools:
             ),
         ]
         for list_them, delete, keep in kinds:
-            listed = await list_them(self.namespace, label_selector=WARM_SELECTOR)
+            listed = await client.call(list_them, self.namespace, label_selector=WARM_SELECTOR)
             for item in listed.items:
                 owner = (item.metadata.labels or {}).get(MCPTOOL_LABEL)
                 if owner in keep:
                     continue
-                with contextlib.suppress(ApiException):
-                    await delete(item.metadata.name, self.namespace, propagation_policy="Background")
+                with contextlib.suppress(client.ApiError):
+                    await client.call(delete, item.metadata.name, self.namespace, propagation_policy="Background")
                     logger.info("deleted %s (its McpTool %s is not warm now)", item.metadata.name, owner)
                 self._applied.pop(warm.get(str(owner), str(owner)), None)
         return True
@@ -239,12 +235,17 @@ class WarmTools:
             if {key: current.get(key) for key in wanted} == wanted:
                 continue
             try:
-                await self._objects.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, self.namespace, TOOL_PLURAL, name, {"status": {"warm": wanted}}, **MERGE_PATCH
+                await client.call(
+                    self._objects.patch_namespaced_custom_object_status,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    TOOL_PLURAL,
+                    name,
+                    {"status": {"warm": wanted}},
+                    **MERGE_PATCH,
                 )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            except client.NotFound:
                 continue
             obj.setdefault("status", {})["warm"] = wanted  # until the watch brings our own write back
             logger.info("mcptool/%s: %d warm worker(s) ready", name, len(endpoints))

@@ -78,7 +78,8 @@ class KubernetesToolCatalog:
         """List the McpTools and start watching them.
 
         Raises:
-            ApiException: the McpTool CRD is not installed (404) or listing is forbidden (403).
+            client.ApiError: the McpTool CRD is not installed (404) or listing is forbidden (403).
+            StoreUnavailable: the API server did not answer for the reflector's start-up deadline.
         """
         await self.reflector.start()
 

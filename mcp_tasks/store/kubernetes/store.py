@@ -16,7 +16,8 @@
   (`status`); see `mapping.plan_write`. A `409 Conflict` becomes `VersionConflict`, which
   `tasks.interfaces.transact` retries a bounded number of times.
 
-API errors become domain errors here; anything else propagates as `kubernetes_asyncio` `ApiException`.
+Every request goes through the API edge (`client.call`), which bounds it and maps API errors; here a
+404 becomes `TaskNotFound` and a 409 `VersionConflict`.
 """
 
 from __future__ import annotations
@@ -27,24 +28,22 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-import aiohttp
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi, V1DeleteOptions, V1Preconditions
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient, V1DeleteOptions, V1Preconditions
 from pydantic import ValidationError
 
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
-from mcp_tasks.store.kubernetes import mapping
+from mcp_tasks.store.kubernetes import client, mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
-from mcp_tasks.tasks.errors import ResultTooLarge, StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -147,7 +146,7 @@ class KubernetesTaskStore:
     ) -> None:
         self.namespace = namespace
         self.clock = clock
-        self._api = CustomObjectsApi(api_client)
+        self._api = client.Apis(api_client).objects
         self._api_client = api_client
         self._max_object_bytes = max_object_bytes
         self._request_timeout_s = request_timeout_s
@@ -176,7 +175,8 @@ class KubernetesTaskStore:
         """List the namespace's McpTasks and start watching them.
 
         Raises:
-            ApiException: the McpTask CRD is not installed (404) or the credentials may not list McpTasks (403).
+            client.ApiError: the McpTask CRD is not installed (404) or the credentials may not list McpTasks (403).
+            StoreUnavailable: the API server did not answer for the reflector's start-up deadline.
         """
         await self.reflector.start()
 
@@ -308,10 +308,8 @@ class KubernetesTaskStore:
             created = await self._request(
                 self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, body
             )
-        except ApiException as exc:
-            if exc.status == 409:
-                raise VersionConflict(f"task {record.task_id} already exists") from exc
-            raise
+        except client.Conflict as exc:
+            raise VersionConflict(f"task {record.task_id} already exists") from exc
         return self._decode(self._remember(created, notify=True, created=True))
 
     async def get(
@@ -358,10 +356,8 @@ class KubernetesTaskStore:
             obj = await self._request(
                 self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, task_id
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except client.NotFound:
+            return None
         return self._remember(obj, notify=False)
 
     async def compare_and_swap(self, record: TaskRecord, writer: Writer) -> TaskRecord:
@@ -399,33 +395,25 @@ class KubernetesTaskStore:
             result: JsonObject = await self._request(
                 call, GROUP, VERSION, self.namespace, TASK_PLURAL, record.task_id, body
             )
-        except ApiException as exc:
-            if exc.status == 409:
-                self.conflicts += 1
-                metrics.STORE_CONFLICTS.labels("kubernetes").inc()
-                await self._fetch(record.task_id)
-                raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}") from exc
-            if exc.status == 404:
-                raise TaskNotFound(record.task_id) from exc
-            raise
+        except client.Conflict as exc:
+            self.conflicts += 1
+            metrics.STORE_CONFLICTS.labels("kubernetes").inc()
+            await self._fetch(record.task_id)
+            raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}") from exc
+        except client.NotFound as exc:
+            raise TaskNotFound(record.task_id) from exc
         return result
 
-    async def _request(self, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-        """One API request, bounded by `request_timeout_s`.
+    async def _request(self, fn: client.ApiMethod, *args: Any, **kwargs: Any) -> Any:
+        """One API request through the edge, bounded by `request_timeout_s` and timed by operation.
 
         Raises:
             StoreUnavailable: no answer in time, no connection, or a 429/5xx answer.
-            ApiException: any other error answer (the caller decides what 404/409 mean).
+            client.ApiError: any other error answer (the caller decides what 404/409 mean).
         """
-        done = metrics.timed("kubernetes", _OPERATIONS.get(getattr(call, "__name__", ""), "other"))
+        done = metrics.timed("kubernetes", _OPERATIONS.get(getattr(fn, "__name__", ""), "other"))
         try:
-            return await call(*args, _request_timeout=self._request_timeout_s, **kwargs)
-        except ApiException as exc:
-            if exc.status == 429 or (exc.status or 0) >= 500:
-                raise StoreUnavailable(f"the Kubernetes API server answered {exc.status} {exc.reason}") from exc
-            raise
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise StoreUnavailable(f"the Kubernetes API server did not answer ({type(exc).__name__})") from exc
+            return await client.call(fn, *args, timeout_s=self._request_timeout_s, **kwargs)
         finally:
             done()
 
@@ -535,12 +523,11 @@ class KubernetesTaskStore:
                     propagation_policy="Background",
                 ),
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                self._forget(task_id)  # deleted by another replica
-            if exc.status in (404, 409):
-                return None
-            raise
+        except client.NotFound:
+            self._forget(task_id)  # deleted by another replica
+            return None
+        except client.Conflict:
+            return None
         self._forget(task_id)
         self._notify([task_id])
         return task_id

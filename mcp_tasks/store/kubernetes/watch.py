@@ -5,22 +5,24 @@ The pattern of client-go's reflector, for custom resources: LIST to get a consis
 one page, not the whole collection), then WATCH from there with bookmarks. When the server closes the watch (its
 `timeoutSeconds`, a restart, a proxy), the loop resumes from the last `resourceVersion` it saw, so
 no event is lost; when that version is too old (`410 Gone`), it lists again and replaces the copy.
-Transient errors back off exponentially (0.2 s doubling to 5 s).
+Transient errors back off exponentially (0.2 s doubling to 5 s). Every request goes through the API edge
+(`client`): each LIST page is bounded by `request_timeout_s`, each WATCH by its server-side
+`timeoutSeconds` and a read timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes import client
+from mcp_tasks.tasks.errors import StoreUnavailable
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
 
@@ -36,10 +38,6 @@ OnEvent = Callable[[str, JsonObject], Awaitable[None] | None]
 """Called with (`ADDED`|`MODIFIED`|`DELETED`, object) for each watch event, in server order."""
 
 
-class WatchExpired(Exception):
-    """The server answered `410 Gone`: the resumed `resourceVersion` is no longer in its history."""
-
-
 def newer_version(candidate: str, current: str) -> bool:
     """Tell whether resourceVersion `candidate` is at least as new as `current`.
 
@@ -52,27 +50,31 @@ def newer_version(candidate: str, current: str) -> bool:
 
 
 async def list_pages(
-    call: Callable[..., Awaitable[Any]], *args: Any, page_size: int = PAGE_SIZE, **kwargs: Any
+    fn: client.ApiMethod,
+    *args: Any,
+    page_size: int = PAGE_SIZE,
+    timeout_s: float = client.DEFAULT_TIMEOUT_S,
+    **kwargs: Any,
 ) -> AsyncIterator[JsonObject]:
-    """Yield each page (the raw JSON body) of one consistent LIST made with `call(*args, **kwargs)`, a
-    kubernetes_asyncio list method; `continue` tokens keep the first page's snapshot.
+    """Yield each page (the raw JSON body) of one consistent LIST made with `fn(*args, **kwargs)`, a
+    list method of `client.Apis`; `continue` tokens keep the first page's snapshot.
+
+    Args:
+        fn: the list method.
+        *args: its positional arguments.
+        page_size: objects per page (`limit`).
+        timeout_s: deadline of each page's request, in seconds.
+        **kwargs: its keyword arguments (e.g. `label_selector`).
 
     Raises:
-        WatchExpired: the snapshot expired between pages (410); list again from the start.
-        ApiException: any other error answer.
+        client.Gone: the snapshot expired between pages (410); list again from the start.
+        client.ApiError: any other error answer.
+        StoreUnavailable: a page did not come within `timeout_s`, or a 429/5xx answer.
     """
     token: str | None = None
     while True:
         extra = {"_continue": token} if token else {}
-        response = await call(*args, limit=page_size, _preload_content=False, **extra, **kwargs)
-        try:
-            if response.status == 410:
-                raise WatchExpired
-            if response.status != 200:
-                raise ApiException(status=response.status, reason=(await response.text())[:200])
-            page: JsonObject = await response.json()
-        finally:
-            response.release()
+        page = await client.call_json(fn, *args, limit=page_size, timeout_s=timeout_s, **extra, **kwargs)
         yield page
         token = (page.get("metadata") or {}).get("continue")
         if not token:
@@ -109,7 +111,7 @@ class Reflector:
         label_selector: str | None = None,
         page_size: int = PAGE_SIZE,
     ) -> None:
-        self._api = CustomObjectsApi(api_client)
+        self._api = client.Apis(api_client).objects
         self._coordinates = (group, version, namespace, plural)
         self._on_page = on_page
         self._on_listed = on_listed
@@ -147,7 +149,8 @@ class Reflector:
         backoff for up to `timeout_s` seconds; configuration errors fail at once.
 
         Raises:
-            ApiException: the first LIST failed for good (404: CRD not installed; 401/403: credentials or RBAC).
+            client.ApiError: the first LIST failed for good (404: CRD not installed; 401/403: credentials or RBAC).
+            StoreUnavailable: the API server did not answer for `timeout_s` seconds.
         """
         deadline = asyncio.get_running_loop().time() + timeout_s
         delay = BACKOFF_INITIAL_S
@@ -155,10 +158,8 @@ class Reflector:
             try:
                 await self._list()
                 break
-            except (TimeoutError, ApiException, OSError, WatchExpired) as exc:  # 410: the pages' snapshot expired
-                status = getattr(exc, "status", None)
-                transient = not isinstance(exc, ApiException) or status == 429 or (status or 0) >= 500
-                if not transient or asyncio.get_running_loop().time() + delay > deadline:
+            except (StoreUnavailable, client.Gone) as exc:  # 410: the pages' snapshot expired
+                if asyncio.get_running_loop().time() + delay > deadline:
                     raise
                 logger.info("%s list failed (%s); the API server may be starting, retrying", self._coordinates[3], exc)
                 await asyncio.sleep(delay)
@@ -177,8 +178,9 @@ class Reflector:
         """One consistent listing, page by page (`continue` tokens keep the first page's snapshot).
 
         Raises:
-            WatchExpired: the snapshot expired between pages (410); the caller lists again.
-            ApiException: any other error answer.
+            client.Gone: the snapshot expired between pages (410); the caller lists again.
+            client.ApiError: any other error answer.
+            StoreUnavailable: no answer in time, or a 429/5xx answer.
         """
         group, version, namespace, plural = self._coordinates
         names: set[str] = set()
@@ -202,7 +204,7 @@ class Reflector:
                 delay = BACKOFF_INITIAL_S
             except asyncio.CancelledError:
                 raise
-            except WatchExpired:
+            except client.Gone:
                 logger.info(
                     "%s watch expired at resourceVersion %s; listing again",
                     self._coordinates[3],
@@ -228,41 +230,27 @@ class Reflector:
                 delay = min(delay * 2, BACKOFF_MAX_S)
 
     async def _watch_once(self) -> None:
+        """One WATCH from the last seen `resourceVersion`, until the server ends it.
+
+        Raises:
+            client.Gone: that `resourceVersion` is too old (410); list again.
+            client.ApiError, StoreUnavailable: any other failure (see `client.watch`).
+        """
         group, version, namespace, plural = self._coordinates
-        kwargs: dict[str, Any] = {
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "resource_version": self._resource_version,
-            "timeout_seconds": self._watch_timeout_s,
-            "_preload_content": False,
-            "_request_timeout": self._watch_timeout_s + 30,
-        }
+        kwargs: dict[str, Any] = {"allow_watch_bookmarks": True, "resource_version": self._resource_version}
         if self._label_selector:
             kwargs["label_selector"] = self._label_selector
-        response = await self._api.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
-        self.watches_started += 1
-        try:
-            if response.status == 410:
-                raise WatchExpired
-            if response.status != 200:
-                raise ApiException(status=response.status, reason=(await response.text())[:200])
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        await self._handle(json.loads(line))
-        finally:
-            response.release()
+        call = self._api.list_namespaced_custom_object
+        async with client.watch(
+            call, group, version, namespace, plural, server_timeout_s=self._watch_timeout_s, **kwargs
+        ) as events:
+            self.watches_started += 1
+            async for event in events:
+                await self._handle(event)
 
     async def _handle(self, event: JsonObject) -> None:
         kind = event.get("type")
         obj = event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise WatchExpired
-            raise ApiException(status=obj.get("code", 0), reason=str(obj.get("message", "watch error")))
         resource_version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             await _call(self._on_event, str(kind), obj)
