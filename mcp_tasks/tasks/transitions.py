@@ -492,3 +492,40 @@ def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
         lease=None,
         status_message="Restarted after the previous worker was lost (tool is idempotent)",
     )
+
+
+MAX_RUNS: Final = 3
+"""Runs one task may start in all, whatever ended the earlier ones (a worker, server, operator or Job lost,
+a server stopped): past it a run that is lost fails the task instead of starting it again."""
+
+OUTCOME_UNKNOWN: Final = (
+    "The worker running this task was lost (server restart or crash) and the tool is not declared idempotent, "
+    "so the outcome is unknown; check the tool's side effects before calling it again"
+)
+
+
+def after_lost_run(
+    record: TaskRecord, now: datetime, rerunnable: bool, why: str, unknown: str = OUTCOME_UNKNOWN
+) -> TaskRecord:
+    """The restart rule of every executor for a run that was lost before it ended (docs/design.md §7).
+
+    A task whose run may safely start again (its tool is idempotent, or the call never reached a worker)
+    is reset for a fresh run, unless it has started `MAX_RUNS` runs already: then it fails `WorkerLost`.
+    Any other task fails `OutcomeUnknown` with `unknown`.
+
+    Args:
+        record: the unfinished task.
+        now: UTC.
+        rerunnable: whether starting the tool again is safe.
+        why: what was seen of the last loss, quoted in the `WorkerLost` message.
+        unknown: the `OutcomeUnknown` message for this kind of loss.
+
+    Raises:
+        IllegalTransition: the task already finished.
+    """
+    if not rerunnable:
+        return failing(unknown, "OutcomeUnknown")(record, now)
+    if record.attempt >= MAX_RUNS:
+        message = f"Tool {record.tool!r} lost its run on each of {record.attempt} runs (last: {why})"
+        return failing(message, "WorkerLost")(record, now)
+    return reset_for_rerun(record, now)

@@ -36,7 +36,7 @@ def pid_in(text: str) -> int:
 
 
 def pool(embedded: Embedded, tool: str) -> WarmPool:
-    found = embedded.runner._pools[tool]
+    found = embedded.runner.pools.started[tool]
     assert isinstance(found, WarmPool)
     return found
 

@@ -1,0 +1,127 @@
+"""`RunContext`: what the parts of one executor share (claims, supervision, adoption, synchronous runs).
+
+One object per executor (the embedded `LocalRunner`, the operator's `WarmTaskRunner`), built by it and
+handed to each part; the parts hold no executor state of their own. Also the helpers every part needs
+to write a task: `write` (a compare-and-swap reported to the write observers) and `finish_if_running`
+(a terminal write retried while the store is unavailable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Final
+
+from mcp_tasks.runner.settings import RunnerSettings
+from mcp_tasks.runner.tokens import WorkerTokens
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, Writer, notify_written, transact
+from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.worker.channel import Transition, WorkerChannel
+from mcp_tasks.worker.executions import Execution, ExecutionTable
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+STORE_RETRY_FIRST_S: Final = 0.1
+"""First wait before retrying a write the task store refused as unavailable, in seconds (then doubling)."""
+STORE_RETRY_MAX_S: Final = 5.0
+"""Longest wait between such retries, in seconds."""
+
+
+@dataclass(eq=False)
+class RunContext:
+    """The state one executor's parts share.
+
+    Attributes:
+        store, catalog, artifacts, clock, settings: the executor's task store, tool catalog, artifact store,
+            UTC clock and settings.
+        holder: this executor's lease holder name (`host:pid:random`).
+        tokens: derives and verifies the runs' worker tokens.
+        runs_dir: where each run's stderr file lives (`<execution id>.stderr`).
+        adoptable: whether runs can outlive this executor and be adopted (a persistent state folder).
+        executions: the runs the worker API can find now.
+        supervisors: task id → the asyncio task supervising its run.
+        in_rounds: supervised synchronous runs parked for input rounds (not counted as task runs).
+        capacity_freed: set when a supervisor ends (wakes the claim loop).
+        closing: the executor is stopping (a synchronous run that asks for input is stopped, not handed over).
+        base_url: the worker API's executions URL the tools call (`…/v1/executions`).
+        port: the worker API's port (0 when it serves none of its own).
+    """
+
+    store: TaskStore
+    catalog: ToolCatalog
+    artifacts: ArtifactStore
+    clock: Clock
+    settings: RunnerSettings
+    holder: str
+    tokens: WorkerTokens
+    runs_dir: Path
+    adoptable: bool = False
+    executions: ExecutionTable = field(default_factory=ExecutionTable)
+    supervisors: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    in_rounds: set[str] = field(default_factory=set)
+    capacity_freed: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: bool = False
+    base_url: str = ""
+    port: int = 0
+    channel: WorkerChannel = field(init=False)
+    """The worker API's operations (set by the executor once its synchronous runs exist: they promote)."""
+
+    @property
+    def lease(self) -> timedelta:
+        """The worker lease's length."""
+        return timedelta(seconds=self.settings.lease_duration_s)
+
+    @property
+    def running_tasks(self) -> int:
+        """Task runs supervised now; synchronous runs parked for input rounds have their own bound."""
+        return len(self.supervisors) - len(self.in_rounds)
+
+    def task_execution(self, record: TaskRecord, execution_id: str) -> Execution:
+        """The worker API's view of a run of `record` (its tool as declared now, its derived token)."""
+        return Execution(
+            tool=self.catalog.get_tool(record.tool),
+            arguments=record.arguments,
+            task_id=record.task_id,
+            attempt=record.attempt,
+            pre_input_responses=record.pre_input_responses,
+            execution_id=execution_id,
+            token=self.tokens.token_for(execution_id),
+        )
+
+    async def write(self, before: TaskRecord, updated: TaskRecord) -> TaskRecord:
+        """`compare_and_swap(updated)` as the executor, reported to the write observers (metrics).
+
+        Raises:
+            VersionConflict, TaskNotFound, StoreUnavailable: from the store.
+        """
+        written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
+        notify_written(before, written)
+        return written
+
+    async def finish_if_running(self, task_id: str, change: Transition) -> None:
+        """Apply `change` (a terminal transition) unless the task already ended; a task gone is left gone.
+
+        The outcome is known, so it is kept until the store can take it: a `StoreUnavailable` is retried
+        with back-off (0.1 s doubling up to 5 s) until it succeeds or the caller is cancelled.
+        """
+
+        def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
+            if record.status.is_terminal:
+                return record, None
+            return change(record, self.clock()), None
+
+        backoff_s = STORE_RETRY_FIRST_S
+        while True:
+            try:
+                with contextlib.suppress(TaskNotFound):
+                    await transact(self.store, task_id, apply, Writer.EXECUTOR)
+                return
+            except StoreUnavailable as exc:
+                logger.warning("task %s: cannot record the outcome yet (%s); retry in %.1fs", task_id, exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, STORE_RETRY_MAX_S)

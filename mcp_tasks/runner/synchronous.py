@@ -1,0 +1,194 @@
+"""`SynchronousRuns`: a tool run for a plain `tools/call` (no task), and its promotion when it asks for input.
+
+Nothing is written to the task store unless the tool asks for input mid-run: then the run becomes a hidden
+task under this runner's lease (`promote`, one durable write), its process is handed to the supervisor
+as a claimed task's is, and `InputNeeded` names the task so the caller can answer in its next round
+(SEP-2322 multi-round-trip requests, or a legacy-era call followed on its stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from mcp_tasks import aio
+from mcp_tasks.observability import metrics
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runner.context import RunContext
+from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
+from mcp_tasks.runner.supervision import Supervisor
+from mcp_tasks.tasks import inline, results, transitions
+from mcp_tasks.tasks.ids import TaskId, mint_task_id
+from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded, notify_written
+from mcp_tasks.tasks.results import error_result
+from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.channel import ChannelError
+from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+
+class SynchronousRuns:
+    """Synchronous runs of one executor (see the module docstring); `promote` is the worker channel's hook."""
+
+    def __init__(self, ctx: RunContext, runs: Runs, supervisor: Supervisor) -> None:
+        self.ctx = ctx
+        self.runs = runs
+        self.supervisor = supervisor
+
+    async def run_inline(self, call: InlineCall) -> JsonObject:
+        """Run a tool synchronously (no task) and return its `CallToolResult` (`ToolExecutor`).
+
+        Nothing is written to the task store unless the tool asks for input: then the run becomes a hidden
+        task under this runner's lease (`_promote`), its process is handed to a supervisor as a claimed
+        task's is, and `InputNeeded` names the task so the caller can answer in its next round.
+
+        Raises:
+            InputNeeded: the tool asked for input mid-run.
+            TimeoutError: it did not finish within `syncTimeoutSeconds`.
+        """
+        ctx = self.ctx
+        tool = call.tool
+        # The id its hidden task gets if it asks for input: the run is then attempt 1 of that task, with
+        # the derived token, so a restarted runner can adopt it (or stop it) like any task's run.
+        reserved = mint_task_id()
+        execution_id = f"{reserved}.1"
+        execution = Execution(
+            tool=tool,
+            arguments=call.arguments,
+            task_id=None,
+            execution_id=execution_id,
+            token=ctx.tokens.token_for(execution_id),
+            reserved_task_id=reserved,
+            pre_input_responses=dict(call.pre_input_responses),
+            owner=call.owner,
+            client_capabilities=call.client_capabilities,
+            offered_responses=dict(call.input_responses),
+            on_progress=call.on_progress,
+        )
+        process = self.runs.new_run(tool, execution, tool.execution.sync_timeout_seconds)
+        grace = tool.execution.cancel_grace_seconds
+        # one bound for the whole call: waiting for a warm slot counts against syncTimeoutSeconds too
+        deadline = asyncio.get_running_loop().time() + tool.execution.sync_timeout_seconds
+        ctx.executions.add(execution)
+        handed_over = False
+        try:
+            try:
+                await process.start()
+                metrics.RUNS_STARTED.labels(tool.name).inc()
+            except OSError as exc:
+                message = cannot_start(tool, exc)
+                return error_result(message[0].upper() + message[1:])
+            exited = asyncio.create_task(process.wait(), name=f"inline-{tool.name}")
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await aio.first_of(asyncio.shield(exited), asyncio.shield(execution.outcome))
+                    if not execution.outcome.done():
+                        # Exited first: give a racing result POST a moment, then conclude from the exit.
+                        await asyncio.wait({execution.outcome}, timeout=0.05)
+                outcome = execution.outcome.result() if execution.outcome.done() else None
+                promoted = isinstance(outcome, AskedForInput) and outcome.task_id is not None
+                if promoted and not exited.done() and not ctx.closing:
+                    assert isinstance(outcome, AskedForInput) and outcome.task_id is not None
+                    self._hand_over(outcome.task_id, tool, process, execution, exited)
+                    handed_over = True
+                    raise InputNeeded(tool.name, outcome.task_id)
+                if isinstance(outcome, Finished) and not exited.done():
+                    # The result is in: let the tool finish its own clean-up, as a task's tool may.
+                    await asyncio.wait({exited}, timeout=max(grace, 1.0))
+            finally:
+                if not handed_over:
+                    await process.stop(grace)
+                    exited.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await exited
+                    if execution.task_id is not None:  # promoted, then stopped (timeout, caller gone, exit)
+                        await asyncio.shield(self._settle_stopped_promotion(execution.task_id, tool))
+            if not execution.outcome.done():
+                if process.worker_lost and not process.delivered:
+                    return error_result(f"No warm worker of {tool.name!r} took the call ({process.stderr_tail()})")
+                if process.worker_lost:
+                    return results.worker_lost_mid_call(tool.name, process.stderr_tail())
+                return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
+            outcome = execution.outcome.result()
+            if isinstance(outcome, AskedForInput):
+                if ctx.closing:
+                    return error_result(f"The server stopped while {tool.name!r} asked for input; call it again")
+                if execution.task_id is not None:  # promoted, but its process ended before the hand-over
+                    code = exited.result() if exited.done() and not exited.cancelled() else None
+                    return results.exited_without_result(tool.name, code, process.stderr_tail())
+                raise InputNeeded(tool.name)
+            if outcome.result is not None:
+                return outcome.result
+            return error_result(str((outcome.error or {}).get("message", "tool failed")))
+        finally:
+            if not handed_over:
+                ctx.executions.remove(execution)
+                process.discard_log()
+
+    async def promote(self, execution: Execution, requests: list[tuple[str, JsonObject]]) -> list[str]:
+        """`Promote` for the worker channel: the synchronous run asking for input becomes a hidden task.
+
+        The task is created already claimed by this runner (lease, attempt 1) and parked on `requests`, in
+        one durable write, so no other runner starts it again and the caller's next round finds it.
+        Requests that the call's up-front `inputResponses` answer validly are answered in that same write.
+
+        Raises:
+            InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written).
+            ChannelError: 429 when `max_input_rounds` synchronous runs are parked already.
+        """
+        ctx = self.ctx
+        assert execution.tool is not None and execution.owner is not None  # run_inline sets both
+        assert execution.reserved_task_id is not None
+        if len(ctx.in_rounds) >= ctx.settings.max_input_rounds:
+            raise ChannelError(
+                429,
+                f"{len(ctx.in_rounds)} synchronous calls already wait for their clients' input "
+                f"(MCPTASKS_MAX_INPUT_ROUNDS); call again later, or call with the tasks extension",
+            )
+        now = ctx.clock()
+        fresh = transitions.new_task(
+            TaskId(execution.reserved_task_id),
+            execution.owner,
+            execution.tool,
+            execution.arguments,
+            now,
+            execution.pre_input_responses,
+            execution.client_capabilities,
+        )
+        claimed = transitions.claim(inline.hidden(fresh), ctx.holder, now, ctx.lease, inline.INLINE_TTL_MS)
+        parked, minted = transitions.add_input_requests(claimed, requests, now)
+        offered = inline.offered_answers(parked, execution.offered_responses)
+        if offered:
+            parked = transitions.answer_input_requests(parked, offered, now)
+        stored = await ctx.store.create(parked)
+        notify_written(None, stored)
+        execution.task_id = stored.task_id
+        execution.settle(AskedForInput(stored.task_id))
+        logger.info(
+            "synchronous call of %s asked for input; it continues as hidden task %s", stored.tool, stored.task_id
+        )
+        return minted
+
+    def _hand_over(
+        self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution, exited: asyncio.Task[int | None]
+    ) -> None:
+        """Supervise a promoted run's live process as a claimed task's (lease renewal, deadline, cancel)."""
+        ctx = self.ctx
+
+        async def follow() -> None:
+            try:
+                await self.supervisor.recorded(task_id, tool, process, execution)
+                await self.supervisor.follow(task_id, tool, process, execution, exited)
+            finally:
+                ctx.executions.remove(execution)
+                process.discard_log()
+
+        self.supervisor.spawn(task_id, tool, follow(), in_rounds=True)
+
+    async def _settle_stopped_promotion(self, task_id: str, tool: ToolSpec) -> None:
+        """A promoted run was stopped before its caller saw the input requests: its hidden task is cancelled."""
+        await self.ctx.finish_if_running(
+            task_id, lambda r, now: transitions.cancel(r, now, f"The synchronous call of {tool.name!r} ended first")
+        )
