@@ -16,11 +16,12 @@ What the plan holds, by the state of the task:
 - no Job and held by a warm runner (its tool is warm, or another executor holds a live lease): nothing;
   the operator's warm runner (`operator.warm_tasks`) runs it, renews it and applies the restart rules.
 - a Job exists but the task never counted a run: `CountAttempt` first.
-- abandoned (a hidden task nobody watches) or `spec.cancelRequested`: `DeleteJob`, then `Cancel` once
-  no pod runs (confirmed).
+- `spec.cancelRequested`, or abandoned (a hidden task nobody watches): `DeleteJob`, then `Cancel` once
+  no pod runs (confirmed). This and the limits below are `tasks.deadlines.next_stop`, the stop rule every
+  executor shares.
 - no Job and never run: `CreateJob`, or `Fail` `ToolRemoved` / `InvalidTool` when it cannot run.
-- no Job but it ran (`attempt ≥ 1`): an idempotent tool gets `Rerun` + `CreateJob`, any other `Fail`
-  `OutcomeUnknown` (confirmed).
+- no Job but it ran (`attempt ≥ 1`): an idempotent tool gets `Rerun` + `CreateJob` (`Fail` `WorkerLost`
+  once it started `transitions.MAX_RUNS` runs), any other `Fail` `OutcomeUnknown` (confirmed).
 - waiting for input past `maxInputWaitSeconds`: `Fail` `InputTimeout` + `DeleteJob`.
 - working past `maxRunTimeSeconds` (waits for input do not count): `Fail` `DeadlineExceeded` +
   `DeleteJob`; otherwise look again when it will be.
@@ -45,7 +46,7 @@ from mcp_tasks.operator import observe
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks import deadlines, results
+from mcp_tasks.tasks import deadlines, results, transitions
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -254,6 +255,9 @@ def _without_job(record: TaskRecord, tool: ToolSpec | None, first: tuple[Action,
         return Plan((*first, CreateJob()))
     # It had a Job, which is gone before the task finished (deleted by hand, or garbage-collected).
     if tool is not None and tool.execution.idempotent:
+        if record.attempt >= transitions.MAX_RUNS:  # every re-run, whatever lost it, counts against one cap
+            message = transitions.runs_exhausted_message(record, "its Job was deleted")
+            return Plan((*first, Fail(message, "WorkerLost")), confirm=True)
         return Plan((*first, Rerun(), CreateJob()), confirm=True)
     return Plan((*first, Fail(JOB_LOST, "OutcomeUnknown")), confirm=True)
 

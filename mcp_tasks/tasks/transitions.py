@@ -526,6 +526,10 @@ def after_lost_run(
     if not rerunnable:
         return failing(unknown, "OutcomeUnknown")(record, now)
     if record.attempt >= MAX_RUNS:
-        message = f"Tool {record.tool!r} lost its run on each of {record.attempt} runs (last: {why})"
-        return failing(message, "WorkerLost")(record, now)
+        return failing(runs_exhausted_message(record, why), "WorkerLost")(record, now)
     return reset_for_rerun(record, now)
+
+
+def runs_exhausted_message(record: TaskRecord, why: str) -> str:
+    """The `statusMessage` of a task that lost its run on each of its `MAX_RUNS` runs (`WorkerLost`)."""
+    return f"Tool {record.tool!r} lost its run on each of {record.attempt} runs (last: {why}); it is not run again"

@@ -121,6 +121,17 @@ CASES: list[
     ("running quietly", RUNNING, job(), [pod()], TOOL, 10, [], None, False),
     ("Job gone, tool not idempotent", RUNNING, None, [], TOOL, 10, ["Fail"], "OutcomeUnknown", True),
     ("Job gone, idempotent tool", RUNNING, None, [], IDEMPOTENT, 10, ["Rerun", "CreateJob"], None, True),
+    (
+        "Job gone a third time, idempotent tool: one cap for every re-run",
+        task(attempt=3),
+        None,
+        [],
+        IDEMPOTENT,
+        10,
+        ["Fail"],
+        "WorkerLost",
+        True,
+    ),
     ("Job being deleted by someone", RUNNING, job(deleting=True), [pod()], TOOL, 10, [], None, False),
     ("past maxRunTimeSeconds", RUNNING, job(), [pod()], TOOL, 601, ["Fail", "DeleteJob"], "DeadlineExceeded", True),
     (

@@ -158,3 +158,16 @@ def test_time_waiting_for_input_is_kept_apart_from_working_time() -> None:
     assert not transitions.input_wait_exceeded(record, 1, at(500)), "not waiting any more"
     rerun = transitions.reset_for_rerun(record, at(80))
     assert rerun.input_wait_ms == 0 and rerun.input_required_since is None
+
+
+def test_a_lost_run_reruns_only_a_rerunnable_task_and_at_most_max_runs_in_all() -> None:
+    """Our restart rule (docs/design.md §7), one for every executor and every cause of a lost run."""
+    running = transitions.claim(fresh(), "me", NOW, timedelta(seconds=30), retention_ms=60_000)
+    assert transitions.after_lost_run(running, NOW, True, "gone").status is TaskStatus.WORKING
+    unknown = transitions.after_lost_run(running, NOW, False, "gone")
+    assert unknown.status is TaskStatus.FAILED and unknown.error is not None
+    assert unknown.error["data"]["reason"] == "OutcomeUnknown"
+    last = dataclasses.replace(running, attempt=transitions.MAX_RUNS)
+    exhausted = transitions.after_lost_run(last, NOW, True, "worker exited with code 137")
+    assert exhausted.error is not None and exhausted.error["data"]["reason"] == "WorkerLost"
+    assert "code 137" in exhausted.error["message"]
