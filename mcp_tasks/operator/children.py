@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mcp_tasks.operator.jobs import TASK_ID_LABEL
+from mcp_tasks.operator.labels import TASK_ID_LABEL
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes.watch import newer_version
 

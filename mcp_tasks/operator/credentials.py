@@ -22,7 +22,8 @@ from typing import Any, Final, cast
 
 from kubernetes_asyncio.client import ApiClient
 
-from mcp_tasks.operator.jobs import TASK_ID_LABEL, WORKER_TOKEN_AUDIENCE, object_name
+from mcp_tasks.operator.jobs import WORKER_TOKEN_AUDIENCE, object_name
+from mcp_tasks.operator.labels import TASK_ID_LABEL
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
 from mcp_tasks.tasks.interfaces import ToolCatalog

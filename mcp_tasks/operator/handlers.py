@@ -21,9 +21,8 @@ from typing import Any
 
 import kopf
 
-from mcp_tasks.operator.jobs import TOOL_RUN_LABELS
+from mcp_tasks.operator.labels import TOOL_RUN_LABELS, WARM_LABELS
 from mcp_tasks.operator.reconciler import Reconciler
-from mcp_tasks.operator.warm import WARM_LABELS
 from mcp_tasks.operator.warm_tools import WarmTools
 
 logger = logging.getLogger("mcp_tasks.operator")

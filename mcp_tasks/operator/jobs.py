@@ -17,19 +17,13 @@ import math
 from typing import Any, Final
 
 from mcp_tasks.observability.tracing import ENV_TRACEPARENT
+from mcp_tasks.operator.labels import owner_reference, run_labels
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
-from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL
 from mcp_tasks.tasks.tools import ToolSpec
 
 PREFIX: Final = "mcptask-"
-TASK_ID_LABEL: Final = "mcptasks.io/task-id"
-COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-TOOL_RUN_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "tool-run"}
-"""The labels every Job and pod of a tool run carries (what the operator watches and lists)."""
-TOOL_RUN_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in TOOL_RUN_LABELS.items())
-INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 WORKER_TOKEN_AUDIENCE: Final = "mcp-tasks-worker"
 """Audience of the projected ServiceAccount token a tool pod presents to the worker API."""
 TOKEN_DIR: Final = "/var/run/secrets/mcp-tasks"
@@ -41,35 +35,6 @@ TOKEN_LIFETIME_S: Final = 3600
 def object_name(task_id: str) -> str:
     """Name of the task's Job: `mcptask-<taskId>` (40 characters for a 32-hex taskId)."""
     return PREFIX + task_id
-
-
-def owner_reference(task: JsonObject) -> JsonObject:
-    """Controller owner reference to the McpTask (garbage collection deletes the child with it)."""
-    return {
-        "apiVersion": task["apiVersion"],
-        "kind": task["kind"],
-        "name": task["metadata"]["name"],
-        "uid": task["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def labels(task: JsonObject, tool: str, instance: str | None = None) -> dict[str, str]:
-    """Labels linking a child object to its task and tool (and, given `instance`, to the Helm release
-    whose NetworkPolicy lets it reach the worker API: `app.kubernetes.io/instance`).
-    """
-    task_labels = task["metadata"].get("labels") or {}
-    child = {
-        **TOOL_RUN_LABELS,
-        TASK_ID_LABEL: task["metadata"]["name"],
-        "mcptasks.io/tool": task_labels.get("mcptasks.io/tool", tool[:63]),
-    }
-    if "mcptasks.io/tenant" in task_labels:
-        child["mcptasks.io/tenant"] = task_labels["mcptasks.io/tenant"]
-    if instance:
-        child[INSTANCE_LABEL] = instance
-    return child
 
 
 def build_job(
@@ -141,7 +106,7 @@ def build_job(
     # Named even when it is the namespace's `default`: a projected token needs an explicit account (the
     # API server refuses one otherwise when its ServiceAccount admission does not fill the name in).
     pod_spec["serviceAccountName"] = settings.service_account or "default"
-    job_labels = labels(task, tool.name, settings.instance)
+    job_labels = run_labels(task, tool.name, settings.instance)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

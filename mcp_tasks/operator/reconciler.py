@@ -36,7 +36,8 @@ from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import decide as decisions
 from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
-from mcp_tasks.operator.jobs import TASK_ID_LABEL, TOOL_RUN_SELECTOR, build_job, object_name
+from mcp_tasks.operator.jobs import build_job, object_name
+from mcp_tasks.operator.labels import TASK_ID_LABEL, TOOL_RUN_SELECTOR
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject

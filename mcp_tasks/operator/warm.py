@@ -15,17 +15,12 @@ import hashlib
 import math
 from typing import Any, Final
 
-from mcp_tasks.operator.jobs import COMPONENT_LABEL, INSTANCE_LABEL
+from mcp_tasks.operator.labels import COMPONENT_LABEL, MCPTOOL_LABEL, owner_reference, warm_labels
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
-from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL, TOOL_LABEL, label_value
+from mcp_tasks.store.kubernetes.resources import label_value
 from mcp_tasks.tasks.tools import ToolSpec
 
-WARM_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "warm-worker"}
-"""The labels of every Deployment, Service, HPA and pod of a warm tool (what the operator watches and lists)."""
-WARM_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in WARM_LABELS.items())
-MCPTOOL_LABEL: Final = "mcptasks.io/mcptool"
-"""Names the McpTool a warm object belongs to."""
 FIELD_MANAGER: Final = "mcp-tasks-operator"
 """The server-side apply field manager of the objects the operator owns."""
 _NAME_PREFIX: Final = "mcptool-"
@@ -49,31 +44,12 @@ def mcptool_label(mcptool: str) -> str:
     return label_value(mcptool)
 
 
-def _owner(mcptool: JsonObject) -> JsonObject:
-    return {
-        "apiVersion": mcptool["apiVersion"],
-        "kind": mcptool["kind"],
-        "name": mcptool["metadata"]["name"],
-        "uid": mcptool["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _labels(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> dict[str, str]:
-    name = str(mcptool["metadata"]["name"])
-    labels = {**WARM_LABELS, MCPTOOL_LABEL: mcptool_label(name), TOOL_LABEL: label_value(tool.name)}
-    if instance:
-        labels[INSTANCE_LABEL] = instance
-    return labels
-
-
 def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
     return {
         "name": warm_name(str(mcptool["metadata"]["name"])),
         "namespace": mcptool["metadata"]["namespace"],
-        "labels": _labels(mcptool, tool, instance),
-        "ownerReferences": [_owner(mcptool)],
+        "labels": warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance),
+        "ownerReferences": [owner_reference(mcptool)],
     }
 
 
@@ -121,7 +97,7 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
         container["workingDir"] = container_spec.working_dir
     if warm.resources:
         container["resources"] = warm.resources
-    labels = _labels(mcptool, tool, instance)
+    labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
     selector = {MCPTOOL_LABEL: labels[MCPTOOL_LABEL], COMPONENT_LABEL: labels[COMPONENT_LABEL]}
     execution = tool.execution
     spec: dict[str, Any] = {
@@ -153,7 +129,7 @@ def build_service(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> 
     """
     warm = tool.warm
     assert warm is not None
-    labels = _labels(mcptool, tool, instance)
+    labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
     return {
         "apiVersion": "v1",
         "kind": "Service",

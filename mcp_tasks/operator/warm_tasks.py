@@ -140,14 +140,7 @@ class WarmTaskRunner:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
-        ctx.closing = True
-        supervisors = list(ctx.supervisors.values())
-        for supervisor in supervisors:
-            supervisor.cancel()
-        if supervisors:
-            _done, pending = await asyncio.wait(supervisors, timeout=ctx.settings.shutdown_grace_s + 5)
-            for task in pending:
-                logger.error("task supervisor %s did not stop in time", task.get_name())
+        await ctx.stop_supervisors()
         await self.pools.aclose(ctx.settings.shutdown_grace_s)
         if self._session is not None:
             await self._session.close()

@@ -24,11 +24,10 @@ from typing import Any, Final
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks import aio
+from mcp_tasks.operator.labels import MCPTOOL_LABEL, WARM_SELECTOR
 from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.operator.warm import (
     FIELD_MANAGER,
-    MCPTOOL_LABEL,
-    WARM_SELECTOR,
     build_autoscaler,
     build_deployment,
     build_service,

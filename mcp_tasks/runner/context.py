@@ -125,3 +125,18 @@ class RunContext:
                 logger.warning("task %s: cannot record the outcome yet (%s); retry in %.1fs", task_id, exc, backoff_s)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, STORE_RETRY_MAX_S)
+
+    async def stop_supervisors(self) -> None:
+        """Stop every run this executor supervises (each applies the shutdown rule to its task) and wait
+        for them, `shutdown_grace_s + 5` seconds at most per round; set `closing` first.
+        """
+        self.closing = True  # from now on a synchronous run that asks for input is stopped, not handed over
+        for _ in range(3):  # a hand-over racing this shutdown adds a supervisor after the first snapshot
+            supervisors = list(self.supervisors.values())
+            if not supervisors:
+                return
+            for supervisor in supervisors:
+                supervisor.cancel()
+            _done, pending = await asyncio.wait(supervisors, timeout=self.settings.shutdown_grace_s + 5)
+            for task in pending:
+                logger.error("task supervisor %s did not stop in time", task.get_name())

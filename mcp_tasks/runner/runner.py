@@ -172,16 +172,7 @@ class LocalRunner:
         for loop in self._loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
-        ctx.closing = True  # from now on a synchronous run that asks for input is stopped, not handed over
-        for _ in range(3):  # a hand-over racing this shutdown adds a supervisor after the first snapshot
-            supervisors = list(ctx.supervisors.values())
-            if not supervisors:
-                break
-            for supervisor in supervisors:
-                supervisor.cancel()
-            _done, pending = await asyncio.wait(supervisors, timeout=ctx.settings.shutdown_grace_s + 5)
-            for task in pending:
-                logger.error("task supervisor %s did not stop in time", task.get_name())
+        await ctx.stop_supervisors()
         await self.pools.aclose(ctx.settings.shutdown_grace_s)
         if self._session is not None:
             await self._session.close()

@@ -1,0 +1,72 @@
+"""Labels, selectors and owner references of every object the operator creates: one place for each.
+
+Tool-run Jobs and pods (`run_labels`) and warm tools' Deployments, Services, HPAs and pods (`warm_labels`)
+carry `app.kubernetes.io/managed-by` and `app.kubernetes.io/component`, which the operator's watches and
+listings select on, plus what links them to their McpTask or McpTool; each has a controller owner
+reference (`owner_reference`) so garbage collection deletes it with its owner. The McpTask's own labels
+(tenant, tool) are the store's (`store.kubernetes.resources`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.store.kubernetes.resources import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TOOL_LABEL, label_value
+
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
+"""The Helm release whose NetworkPolicy lets a pod reach the worker API."""
+TASK_ID_LABEL: Final = "mcptasks.io/task-id"
+MCPTOOL_LABEL: Final = "mcptasks.io/mcptool"
+"""Names the McpTool a warm object belongs to."""
+
+TOOL_RUN_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "tool-run"}
+"""The labels every Job and pod of a tool run carries (what the operator watches and lists)."""
+TOOL_RUN_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in TOOL_RUN_LABELS.items())
+WARM_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "warm-worker"}
+"""The labels of every Deployment, Service, HPA and pod of a warm tool (what the operator watches and lists)."""
+WARM_SELECTOR: Final = ",".join(f"{key}={value}" for key, value in WARM_LABELS.items())
+
+
+def owner_reference(owner: JsonObject) -> JsonObject:
+    """Controller owner reference to `owner` (an McpTask or McpTool as read from the API server): garbage
+    collection deletes the child with it, and `blockOwnerDeletion` keeps a foreground delete waiting for it.
+    """
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _with_instance(labels: dict[str, str], instance: str | None) -> dict[str, str]:
+    if instance:
+        labels[INSTANCE_LABEL] = instance
+    return labels
+
+
+def run_labels(task: JsonObject, tool: str, instance: str | None = None) -> dict[str, str]:
+    """Labels of a tool run's Job and pod: `TOOL_RUN_LABELS`, its task id, the task's tool and tenant labels
+    (and, given `instance`, the Helm release's).
+    """
+    task_labels = task["metadata"].get("labels") or {}
+    child = {
+        **TOOL_RUN_LABELS,
+        TASK_ID_LABEL: task["metadata"]["name"],
+        TOOL_LABEL: task_labels.get(TOOL_LABEL, tool[:63]),
+    }
+    if TENANT_LABEL in task_labels:
+        child[TENANT_LABEL] = task_labels[TENANT_LABEL]
+    return _with_instance(child, instance)
+
+
+def warm_labels(mcptool: str, tool: str, instance: str | None = None) -> dict[str, str]:
+    """Labels of McpTool `mcptool`'s warm objects: `WARM_LABELS`, the McpTool and the tool's MCP name (each
+    hashed when not a valid label value), and given `instance` the Helm release's.
+    """
+    labels = {**WARM_LABELS, MCPTOOL_LABEL: label_value(mcptool), TOOL_LABEL: label_value(tool)}
+    return _with_instance(labels, instance)
