@@ -153,6 +153,7 @@ class LocalRunner:
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
+        self.pools.session = self._session
         for tool in ctx.catalog.list_tools():
             if tool.warm is not None:
                 self.pools.get(tool)  # minWorkers of each warm tool start now

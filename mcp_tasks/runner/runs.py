@@ -11,16 +11,21 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
+
 from mcp_tasks.observability import tracing
 from mcp_tasks.runner.context import RunContext
 from mcp_tasks.runner.process import ToolProcess, command_for
-from mcp_tasks.runner.warm_pool import WarmRun, WarmUnavailable, WarmWorkers
+from mcp_tasks.runner.warm_pool import WarmUnavailable, WarmWorkers
+from mcp_tasks.runner.warm_runs import AdoptedWarmCall, WarmRun
 from mcp_tasks.runtime import contract
+from mcp_tasks.tasks.record import LeaseProcess
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.executions import Execution
 
-ToolRun = ToolProcess | WarmRun
-"""A run the runner supervises: its own process, or a call on a warm worker (`spec.warm`)."""
+ToolRun = ToolProcess | WarmRun | AdoptedWarmCall
+"""A run the runner supervises: its own process, a call on a warm worker (`spec.warm`), or such a call a
+crashed runner left running, re-attached."""
 
 
 def cannot_start(tool: ToolSpec, exc: OSError) -> str:
@@ -43,6 +48,8 @@ class WarmPools:
     """
 
     def __init__(self, factory: Callable[[ToolSpec], WarmWorkers], follow_declared: bool = False) -> None:
+        self.session: aiohttp.ClientSession | None = None
+        """The HTTP session warm calls use (set by the executor once started)."""
         self._factory = factory
         self._follow_declared = follow_declared
         self.started: dict[str, WarmWorkers] = {}
@@ -83,8 +90,33 @@ class Runs:
             acquire_timeout_s: how long a warm run waits for a free worker slot per `start()`, in seconds.
         """
         if tool.warm is not None:
-            return WarmRun(self.pools.get(tool), execution, self.ctx.channel, self.ctx.base_url, acquire_timeout_s)
+            pool = self.pools.get(tool)
+            detach_s = self.detach_s if self.ctx.adoptable and execution.task_id is not None else 0.0
+            return WarmRun(pool, execution, self.ctx.channel, self.ctx.base_url, acquire_timeout_s, detach_s)
         return ToolProcess(tool, self.contract_env(execution), self.log_path(execution.execution_id))
+
+    @property
+    def detach_s(self) -> float:
+        """How long a task's warm call outlives a crash of this runner, in seconds: two leases (the restarted
+        runner claims the task once the crashed one's lease expires) plus a margin for the restart itself.
+        """
+        return 2 * self.ctx.settings.lease_duration_s + 30.0
+
+    def adopt(self, tool: ToolSpec, running: LeaseProcess, execution: Execution) -> ToolRun:
+        """The run a crashed runner left behind, as recorded in its lease: its process, or its warm call.
+
+        Raises:
+            ValueError: the lease records no warm port for a warm call's process (not adoptable).
+        """
+        log_path = self.log_path(execution.execution_id)
+        if running.warm_port is None:
+            return ToolProcess.adopt(tool, running.pid, running.identity, log_path)
+        session = self.pools.session
+        if session is None:
+            raise ValueError("no HTTP session for warm calls: start() first")
+        return AdoptedWarmCall(
+            session, tool, execution, self.ctx.channel, running.warm_port, running.pid, running.identity
+        )
 
     def log_path(self, execution_id: str) -> Path:
         """Where the run's stderr goes."""

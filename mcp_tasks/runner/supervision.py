@@ -21,9 +21,9 @@ from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.context import STORE_RETRY_FIRST_S, RunContext
-from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
-from mcp_tasks.runner.warm_pool import WarmBusy, WarmRun
+from mcp_tasks.runner.warm_pool import WarmBusy
+from mcp_tasks.runner.warm_runs import WarmRun
 from mcp_tasks.tasks import deadlines, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import Writer, transact
@@ -116,8 +116,7 @@ class Supervisor:
     ) -> None:
         process: ToolRun
         if adopted is not None:
-            log_path = self.runs.log_path(execution.execution_id)
-            process = ToolProcess.adopt(tool, adopted.pid, adopted.identity, log_path)
+            process = self.runs.adopt(tool, adopted, execution)
         else:
             process = self.runs.new_run(tool, execution, self.ctx.settings.lease_duration_s / 3)
         self.ctx.executions.add(execution)
@@ -212,8 +211,11 @@ class Supervisor:
         pid = process.pid
         known = None if pid is None else identity.of(pid)
         if pid is None or known is None or not self.ctx.adoptable:
-            return  # no identity (no /proc) or no state folder: this run cannot be adopted
-        running = LeaseProcess(pid=pid, identity=known, execution_id=execution.execution_id, worker_port=self.ctx.port)
+            return  # no identity (no /proc), no state folder, or a pod's call: this run cannot be adopted
+        warm_port = process.warm_port if isinstance(process, WarmRun) else None
+        running = LeaseProcess(
+            pid=pid, identity=known, execution_id=execution.execution_id, worker_port=self.ctx.port, warm_port=warm_port
+        )
         try:
             await transact(
                 self.ctx.store,

@@ -4,8 +4,8 @@
 calls (`runtime.serve`) on its own loopback port, `concurrency` at a time. Workers start with the
 server (`minWorkers` of them) or on demand, are health-checked, stopped after `idleTimeoutSeconds`
 idle above the minimum, and replaced when they exit, with a back-off (0.5 s doubling to 30 s) while
-they keep failing. `WarmRun` is one call on a pool worker with the interface of a `ToolProcess`, so the
-runner supervises a warm run (lease, deadline, cancel) exactly as it supervises a process.
+they keep failing. `EndpointPool` offers the same slots on pods that run elsewhere (Kubernetes). One call on
+a slot is a `warm_runs.WarmRun`.
 """
 
 from __future__ import annotations
@@ -23,22 +23,9 @@ from typing import Final, Protocol
 import aiohttp
 
 from mcp_tasks.observability import metrics
-from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runtime import contract
-from mcp_tasks.tasks import results
 from mcp_tasks.tasks.tools import ToolSpec, WarmSpec
-from mcp_tasks.worker.channel import ChannelError, WorkerChannel
-from mcp_tasks.worker.executions import Execution
-from mcp_tasks.worker.warm import (
-    WarmTarget,
-    WorkerLost,
-    apply_final,
-    call_body,
-    cancel_call,
-    channel_events,
-    send_call,
-)
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -483,161 +470,3 @@ class EndpointPool:
 
     async def aclose(self, grace_s: float) -> None:
         """Nothing to stop: the pods are the Deployment's."""
-
-
-class WarmRun:
-    """One call of `execution` on a pool's worker, with the interface of a `ToolProcess`.
-
-    `start` takes a worker slot (waiting up to `acquire_timeout_s`); the call's status and progress go
-    to the channel, and its `result`/`error` final event is recorded through the channel like a one-shot
-    run's `POST /result`. `stop` sends the cancel, waits the grace period, then kills the worker.
-    `worker_lost` is True when the worker died mid-call (the outcome is unknown), or when no worker took
-    the call after three tries (`delivered` False: it never ran).
-    """
-
-    def __init__(
-        self,
-        pool: WarmWorkers,
-        execution: Execution,
-        channel: WorkerChannel,
-        worker_api_url: str,
-        acquire_timeout_s: float | None,
-    ) -> None:
-        self.pool = pool
-        self.tool = pool.tool
-        self.execution = execution
-        self.channel = channel
-        self.worker_api_url = worker_api_url
-        self.acquire_timeout_s = acquire_timeout_s
-        self.worker_lost = False
-        self.delivered = True  # False: the call never reached a worker (safe to run again)
-        self.delivering = False  # the call is being sent to, or runs on, a worker
-        self._worker: WorkerSlot | None = None
-        self._call: asyncio.Task[int | None] | None = None
-        self._tail = ""
-
-    @property
-    def pid(self) -> int | None:
-        """`None`: a warm run is not a process of its own and cannot be adopted after a crash."""
-        return None
-
-    async def start(self) -> None:
-        """Take a worker slot and send the call.
-
-        Raises:
-            WarmUnavailable: no worker could take it.
-        """
-        self._worker = await self.pool.acquire(self.acquire_timeout_s)
-        self._call = asyncio.create_task(self._follow(), name=f"warm-call-{self.execution.execution_id}")
-
-    async def _follow(self) -> int | None:
-        assert self._worker is not None
-        body = call_body(self.tool, self.execution, self.worker_api_url)
-        backoff_s = REFUSED_BACKOFF_FIRST_S
-        refusals = 0
-        try:
-            while True:
-                target = WarmTarget(self._worker.base_url, self.worker_api_url)
-                try:
-                    on_event = channel_events(self.channel, self.execution)
-                    self.delivering = True
-                    final = await send_call(self.pool.session, target, body, on_event)
-                    break
-                except WorkerLost as exc:
-                    self.delivering = False
-                    if exc.delivered:
-                        raise
-                    # It refused the call (busy with other callers' calls, gone, not this tool's): never ran.
-                    # A synchronous call tries three times; a task keeps trying (its supervisor stops it).
-                    refusals += 1
-                    await self.pool.release(self._worker)
-                    self._worker = None
-                    if self.execution.task_id is None and refusals >= 3:
-                        raise
-                    await asyncio.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, REFUSED_BACKOFF_MAX_S)
-                    self._worker = await self._reacquire()
-        except WorkerLost as exc:
-            metrics.WARM_CALLS.labels(self.tool.name, "lost" if exc.delivered else "unavailable").inc()
-            self.worker_lost = True
-            self.delivered = exc.delivered
-            self._tail = str(exc)
-            return None
-        except WarmUnavailable as exc:  # no worker took it after a refusal: it did not run
-            metrics.WARM_CALLS.labels(self.tool.name, "unavailable").inc()
-            self.worker_lost, self.delivered = True, False
-            self._tail = str(exc)
-            return None
-        finally:
-            if self._worker is not None:
-                await self.pool.release(self._worker)
-        return await self._conclude(final)
-
-    async def _reacquire(self) -> WorkerSlot:
-        """A slot again after a refusal: a task waits for one as long as it takes."""
-        while True:
-            try:
-                return await self.pool.acquire(self.acquire_timeout_s)
-            except WarmBusy:
-                if self.execution.task_id is None:
-                    raise
-
-    async def _conclude(self, final: JsonObject) -> int | None:
-        kind = final.get("event")
-        metrics.WARM_CALLS.labels(self.tool.name, str(kind)).inc()
-        try:
-            if kind in {"result", "error"}:
-                await apply_final(self.channel, self.execution, self.tool, final)
-                return 0
-            if kind == "crashed":
-                self._tail = str(final.get("message", ""))
-                text = f"Tool {self.tool.name!r} raised an exception without a result. Its last output:\n{self._tail}"
-                await apply_final(self.channel, self.execution, self.tool, {"result": results.error_result(text)})
-                return 1
-        except ChannelError as exc:
-            logger.info("warm call %s: outcome not recorded: %s", self.execution.execution_id, exc)
-            return 0
-        self._tail = f"the call ended with {kind!r}"
-        return 143 if kind == "cancelled" else 1
-
-    async def wait(self) -> int | None:
-        """Wait for the call to end: 0 with an outcome recorded, 143 cancelled, `None` if the worker was lost."""
-        if self._call is None:
-            raise RuntimeError("call not started")
-        try:
-            return await asyncio.shield(self._call)
-        except asyncio.CancelledError:
-            if self._call.cancelled():  # `stop` withdrew a call no worker had taken
-                return 143
-            raise
-
-    async def stop(self, grace_s: float) -> None:
-        """Cancel the call; past `grace_s` seconds kill its worker (the pool starts another)."""
-        if self._call is None or self._call.done():
-            return
-        worker = self._worker
-        if not self.delivering:  # waiting for a worker to take it: it never ran, nothing to cancel there
-            self._call.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._call
-            return
-        if worker is not None:
-            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.execution.execution_id)
-        try:
-            async with asyncio.timeout(grace_s):
-                await asyncio.shield(self._call)
-        except TimeoutError:
-            if worker is not None:
-                await self.pool.kill(worker)
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._call)
-
-    def trim_log(self) -> None:
-        """Nothing to trim: the worker's stderr belongs to the pool."""
-
-    def stderr_tail(self) -> str:
-        """What ended the call without a result (the traceback, or how the worker was lost)."""
-        return self._tail
-
-    def discard_log(self) -> None:
-        """Nothing to discard (see `trim_log`)."""

@@ -10,6 +10,12 @@ call passing `maxRunTimeSeconds`) makes every further `ToolContext` call raise `
 still running `cancelGraceSeconds` later cannot be stopped inside Python, so the whole worker exits
 (code 75) and its executor starts a fresh one. SIGTERM drains: no new calls, exit when the last ends.
 
+A call sent with `detachSeconds` > 0 (a task's run under an embedded runner that can adopt it) outlives
+its caller instead: when the caller's connection ends (its server crashed) the call runs on, its events
+are dropped, and its final event is kept `detachSeconds` after the call ends, for a restarted runner to
+fetch with `GET /v1/calls/{executionId}` (re-attach by execution id). A worker whose parent died takes
+no new calls and exits once no call runs and no kept outcome waits for its runner.
+
 Standard library only (`http.server`), like the rest of the runtime.
 """
 
@@ -46,6 +52,9 @@ _WATCH_S: Final = 0.1
 _IDLE_WATCH_S: Final = 1.0
 _MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _CRASH_TAIL_CHARS: Final = 4096
+_MAX_KEPT_OUTCOMES: Final = 1024
+"""Final events of detached calls kept for their runners at most (the oldest go first)."""
+_MAX_REATTACH_WAIT_S: Final = 10.0
 
 
 @dataclass(slots=True)
@@ -58,6 +67,8 @@ class _Call:
     cancelled: threading.Event = field(default_factory=threading.Event)
     stop_by: float | None = None
     connection: socket.socket | None = None  # the caller's; its end means the caller is gone
+    detach_s: float = 0.0  # > 0: the call outlives its caller, its outcome kept this long after it ends
+    detached: bool = False
 
     def caller_gone(self) -> bool:
         """Whether the caller closed its connection (peeked without blocking; never consumes a byte)."""
@@ -75,6 +86,13 @@ class _Call:
         if self.stop_by is None:
             self.stop_by = now + self.grace_s
 
+    def lose_caller(self, now: float) -> None:
+        """The caller is gone: a detachable call runs on for a runner to re-attach; any other stops."""
+        if self.detach_s > 0:
+            self.detached = True
+        else:
+            self.cancel(now)
+
 
 class WarmServer(ThreadingHTTPServer):
     """The worker's HTTP server: `main`, the calls in flight, the concurrency bound."""
@@ -90,6 +108,8 @@ class WarmServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.draining = False
         self.idle = threading.Condition(self.lock)
+        # execution id → (final event, monotonic time after which nobody will fetch it)
+        self.kept: dict[str, tuple[Json, float]] = {}
 
     def admit(self, call: _Call) -> bool:
         """Register `call` unless the worker is full, draining or already runs that execution."""
@@ -99,10 +119,32 @@ class WarmServer(ThreadingHTTPServer):
             self.calls[call.execution_id] = call
             return True
 
-    def leave(self, call: _Call) -> None:
+    def leave(self, call: _Call, final: Json | None = None) -> None:
+        """Forget `call`; keep its `final` event for a re-attaching runner when it is detachable."""
         with self.lock:
             self.calls.pop(call.execution_id, None)
+            if final is not None and call.detach_s > 0:
+                while len(self.kept) >= _MAX_KEPT_OUTCOMES:
+                    self.kept.pop(next(iter(self.kept)))
+                self.kept[call.execution_id] = (final, time.monotonic() + call.detach_s)
             self.idle.notify_all()
+
+    def reattach(self, execution_id: str, wait_s: float) -> tuple[str, Json | None]:
+        """`("final", event)` of a call that ended (handed over once), `("running", None)` while it still
+        runs after `wait_s` seconds, `("unknown", None)` when this worker knows no such call.
+        """
+        deadline = time.monotonic() + wait_s
+        with self.lock:
+            while True:
+                kept = self.kept.pop(execution_id, None)
+                if kept is not None:
+                    return "final", kept[0]
+                if execution_id not in self.calls:
+                    return "unknown", None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "running", None
+                self.idle.wait(remaining)
 
     def watch(self, parent_pid: int | None) -> NoReturn:
         """Enforce deadlines and grace periods; exit when the parent (embedded runner) is gone."""
@@ -114,8 +156,10 @@ class WarmServer(ThreadingHTTPServer):
             with self.lock:
                 calls = list(self.calls.values())
             for call in calls:
-                if now >= call.deadline or (not call.cancelled.is_set() and call.caller_gone()):
+                if now >= call.deadline:
                     call.cancel(now)
+                elif not call.cancelled.is_set() and not call.detached and call.caller_gone():
+                    call.lose_caller(now)
                 if call.stop_by is not None and now >= call.stop_by:
                     sys.stderr.write(
                         f"mcp-tasks warm worker: call {call.execution_id} did not stop {call.grace_s:g}s after its "
@@ -123,8 +167,16 @@ class WarmServer(ThreadingHTTPServer):
                     )
                     sys.stderr.flush()
                     os._exit(EXIT_STUCK_CALL)
+            with self.lock:
+                self.kept = {key: kept for key, kept in self.kept.items() if kept[1] > now}
+                waited_for = bool(self.calls or self.kept)
             if parent_pid is not None and not _alive(parent_pid):
-                os._exit(0)  # the runner that started us is gone: nobody will send calls
+                # the runner that started us is gone: no new calls; a detached call's outcome waits for the
+                # restarted runner to re-attach (or for its keep time to pass)
+                with self.lock:
+                    self.draining = True
+                if not waited_for:
+                    os._exit(0)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -144,6 +196,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        prefix = contract.PATH_CALLS + "/"
+        if self.path.startswith(prefix):
+            self._reattach(self.path[len(prefix) :])
+            return
         if self.path != contract.PATH_HEALTH:
             self._json(404, {"message": "not found"})
             return
@@ -151,6 +207,28 @@ class _Handler(BaseHTTPRequestHandler):
             calls, draining = len(self.server.calls), self.server.draining
         body = {"status": "draining" if draining else "ok", "calls": calls, "concurrency": self.server.concurrency}
         self._json(503 if draining else 200, body)
+
+    def _reattach(self, target: str) -> None:
+        """`GET /v1/calls/{executionId}[?waitSeconds=S]`: a detached call's final event (200), still
+        running after up to `S` seconds (202, default 5, at most 10), or unknown here (404).
+        """
+        execution_id, _, query = target.partition("?")
+        wait_s = 5.0
+        for pair in query.split("&"):
+            key, _, value = pair.partition("=")
+            if key == "waitSeconds":
+                try:
+                    wait_s = min(max(float(value), 0.0), _MAX_REATTACH_WAIT_S)
+                except ValueError:
+                    self._json(400, {"message": "waitSeconds must be a number"})
+                    return
+        state, final = self.server.reattach(execution_id, wait_s)
+        if state == "final" and final is not None:
+            self._json(200, final)
+        elif state == "running":
+            self._json(202, {"status": "running"})
+        else:
+            self._json(404, {"message": "no such call here"})
 
     def do_DELETE(self) -> None:
         prefix = contract.PATH_CALLS + "/"
@@ -184,12 +262,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.server.admit(call):
             self._json(429, {"message": f"this worker already runs {self.server.concurrency} call(s)"})
             return
+        final: Json | None = None
         try:
-            self._stream(start, body, call)
+            final = self._stream(start, body, call)
         finally:
-            self.server.leave(call)
+            self.server.leave(call, final)
 
-    def _stream(self, start: Json, body: Json, call: _Call) -> None:
+    def _stream(self, start: Json, body: Json, call: _Call) -> Json:
+        """Run the call, streaming its events; return its final event (also when the caller is gone)."""
         write_lock = threading.Lock()
         ended = False  # after the final event nothing more may be written: the connection is reused
 
@@ -198,11 +278,13 @@ class _Handler(BaseHTTPRequestHandler):
             with write_lock:
                 if ended:
                     return  # a thread of the tool that outlived its call: dropped
+                if call.detached:
+                    return  # nobody reads: a re-attaching runner gets the final event only
                 try:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                     self.wfile.flush()
-                except OSError:  # the caller is gone: stop the call as a cancel would
-                    call.cancel(time.monotonic())
+                except OSError:  # the caller is gone
+                    call.lose_caller(time.monotonic())
 
         ctx = ToolContext(
             body.get("workerUrl"), body.get("workerToken"), start=start, events=send, cancelled=call.cancelled
@@ -215,14 +297,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             line = json.dumps(final).encode() + b"\n"
         except (TypeError, ValueError) as exc:  # a result JSON cannot carry
-            line = json.dumps({"event": "crashed", "message": f"the tool's result is not JSON: {exc}"}).encode() + b"\n"
+            final = {"event": "crashed", "message": f"the tool's result is not JSON: {exc}"}
+            line = json.dumps(final).encode() + b"\n"
         with write_lock:
             ended = True
+            if call.detached or (call.detach_s > 0 and call.caller_gone()):
+                self.close_connection = True
+                return final  # kept for the runner that re-attaches
             try:  # the final event and the end of the stream in one write
                 self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(line), line))
                 self.wfile.flush()
             except OSError:
                 self.close_connection = True
+        return final
 
     def _run(self, ctx: ToolContext, call: _Call) -> Json:
         """Run the tool for one call and return its final event; nothing it raises escapes."""
@@ -271,16 +358,22 @@ def _parse_call(body: object) -> tuple[Json, _Call]:
         raise ValueError("arguments must be an object")
     limit = body.get("maxRunTimeSeconds", 600)
     grace = body.get("cancelGraceSeconds", 5)
+    detach = body.get("detachSeconds", 0)
     if not all(
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-        for value in (limit, grace)
+        for value in (limit, grace, detach)
     ):
-        raise ValueError("maxRunTimeSeconds and cancelGraceSeconds must be finite numbers ≥ 0")
+        raise ValueError("maxRunTimeSeconds, cancelGraceSeconds and detachSeconds must be finite numbers ≥ 0")
     for key, kind in _OPTIONAL_FIELDS.items():
         if body.get(key) is not None and not isinstance(body[key], kind):
             raise ValueError(f"{key} must be {_KIND_NAMES[kind]}")
     start = {key: body.get(key) for key in ("arguments", "inputResponses", "taskId", "attempt", "inputBeforeTask")}
-    call = _Call(execution_id, deadline=time.monotonic() + float(limit), grace_s=max(float(grace), 0.0))
+    call = _Call(
+        execution_id,
+        deadline=time.monotonic() + float(limit),
+        grace_s=max(float(grace), 0.0),
+        detach_s=float(detach),
+    )
     return start, call
 
 

@@ -115,9 +115,10 @@ async def test_a_task_handle_survives_kill_9_right_after_it_arrives(
     assert reply.result["taskId"] == task_id
 
 
-def tool_pids(task_id: str) -> list[int]:
-    """Pids of the live tool processes running `task_id` (found by the contract variable in their environment)."""
-    marker = f"MCPTASKS_TASK_ID={task_id}".encode()
+def tool_pids(task_id: str, marker_variable: str = "MCPTASKS_TASK_ID") -> list[int]:
+    """Pids of the live tool processes running `task_id` (found by the contract variable in their environment;
+    a warm tool's workers by `MCPTASKS_SERVE_TOOL=<tool>`)."""
+    marker = f"{marker_variable}={task_id}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -154,6 +155,27 @@ async def test_a_running_tool_outlives_a_server_crash_and_is_adopted(
         while pid in tool_pids(task_id):
             await asyncio.sleep(0.05)
     assert tool_pids(task_id) == []
+
+
+@pytest.mark.parametrize("tool", ["warm_sleeper", "warm_sleeper_idempotent"])
+async def test_a_warm_call_in_flight_outlives_a_server_crash_and_is_adopted(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession, tool: str
+) -> None:
+    """Restart rule (ours, docs/design.md §7), for warm workers as for processes: a task's call still running
+    on a warm worker after kill -9 of its server is re-attached by the restarted server, so a tool that is
+    not idempotent ends `completed` by its one run, and an idempotent one is not run again."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task(tool, {"seconds": 4})
+    await mcp.wait_task(task_id, has_status_message)
+    (worker,) = tool_pids(tool, "MCPTASKS_SERVE_TOOL")
+    mcp = client(http_session, await restart_after_kill(server_process))
+    done = await mcp.wait_status(task_id, "failed", "completed", "cancelled", timeout_s=30)
+    assert done["status"] == "completed", done
+    text = done["result"]["content"][0]["text"]
+    assert text == f"slept on attempt 1 in pid {worker}", "the same run on the same worker, not a second one"
+    async with asyncio.timeout(10):  # the orphaned worker exits once nothing of it is waited for
+        while worker in tool_pids(tool, "MCPTASKS_SERVE_TOOL"):
+            await asyncio.sleep(0.1)
 
 
 async def test_a_non_idempotent_task_whose_tool_died_with_its_server_fails_with_an_unknown_outcome(

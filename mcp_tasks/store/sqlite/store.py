@@ -85,6 +85,7 @@ def _process_json(process: LeaseProcess) -> JsonObject:
         "identity": process.identity,
         "executionId": process.execution_id,
         "workerPort": process.worker_port,
+        **({} if process.warm_port is None else {"warmPort": process.warm_port}),
     }
 
 
@@ -96,6 +97,7 @@ def _process_of(data: Any) -> LeaseProcess | None:
         identity=str(data["identity"]),
         execution_id=str(data["executionId"]),
         worker_port=int(data["workerPort"]),
+        warm_port=int(data["warmPort"]) if data.get("warmPort") is not None else None,
     )
 
 

@@ -1,0 +1,315 @@
+"""A task's or synchronous call's run on a warm worker, with the interface of a `ToolProcess`.
+
+`WarmRun` sends one call to a slot of the tool's `WarmWorkers` and follows its NDJSON events, so the
+runner supervises a warm run (lease, deadline, cancel) exactly as it supervises a process.
+`AdoptedWarmCall` is a call a crashed runner left running on a local worker (sent with `detachSeconds`):
+a restarted runner re-attaches to it by execution id (`GET /v1/calls/{id}`, runtime/serve.py) and
+records its outcome, as it adopts a process (docs/design.md §7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Final
+
+import aiohttp
+
+from mcp_tasks.observability import metrics
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runner import identity
+from mcp_tasks.runner.warm_pool import (
+    REFUSED_BACKOFF_FIRST_S,
+    REFUSED_BACKOFF_MAX_S,
+    WarmBusy,
+    WarmUnavailable,
+    WarmWorker,
+    WarmWorkers,
+    WorkerSlot,
+)
+from mcp_tasks.runtime import contract
+from mcp_tasks.tasks import results
+from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.channel import ChannelError, WorkerChannel
+from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+REATTACH_WAIT_S: Final = 5.0
+"""How long one re-attach request waits for a detached call's outcome, in seconds (the worker caps it)."""
+REATTACH_RETRY_S: Final = 0.5
+"""Pause before re-attaching again after the worker could not be reached (while its process lives), in seconds."""
+
+
+async def conclude(
+    channel: WorkerChannel, execution: Execution, tool: ToolSpec, final: JsonObject
+) -> tuple[int | None, str]:
+    """Record a warm call's final event; return `(exit code, what ended it)` as a process would exit.
+
+    0 with an outcome recorded (`result`/`error`, or a crash recorded as an `isError` result), 143 for a
+    call that was cancelled, 1 for one that ended without an outcome.
+    """
+    kind = final.get("event")
+    metrics.WARM_CALLS.labels(tool.name, str(kind)).inc()
+    try:
+        if kind in {"result", "error"}:
+            await apply_final(channel, execution, tool, final)
+            return 0, ""
+        if kind == "crashed":
+            tail = str(final.get("message", ""))
+            text = f"Tool {tool.name!r} raised an exception without a result. Its last output:\n{tail}"
+            await apply_final(channel, execution, tool, {"result": results.error_result(text)})
+            return 1, tail
+    except ChannelError as exc:
+        logger.info("warm call %s: outcome not recorded: %s", execution.execution_id, exc)
+        return 0, ""
+    return (143 if kind == "cancelled" else 1), f"the call ended with {kind!r}"
+
+
+class WarmRun:
+    """One call of `execution` on a pool's worker, with the interface of a `ToolProcess`.
+
+    `start` takes a worker slot (waiting up to `acquire_timeout_s`); the call's status and progress go
+    to the channel, and its `result`/`error` final event is recorded through the channel like a one-shot
+    run's `POST /result`. `stop` sends the cancel, waits the grace period, then kills the worker.
+    `worker_lost` is True when the worker died mid-call (the outcome is unknown), or when no worker took
+    the call after three tries (`delivered` False: it never ran).
+    """
+
+    def __init__(
+        self,
+        pool: WarmWorkers,
+        execution: Execution,
+        channel: WorkerChannel,
+        worker_api_url: str,
+        acquire_timeout_s: float | None,
+        detach_s: float = 0.0,
+    ) -> None:
+        self.pool = pool
+        self.tool = pool.tool
+        self.execution = execution
+        self.channel = channel
+        self.worker_api_url = worker_api_url
+        self.acquire_timeout_s = acquire_timeout_s
+        self.detach_s = detach_s
+        self.worker_lost = False
+        self.delivered = True  # False: the call never reached a worker (safe to run again)
+        self.delivering = False  # the call is being sent to, or runs on, a worker
+        self._worker: WorkerSlot | None = None
+        self._call: asyncio.Task[int | None] | None = None
+        self._tail = ""
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the local worker running the call (adoptable with `warm_port`); `None` for a pod."""
+        return self._worker.process.pid if isinstance(self._worker, WarmWorker) else None
+
+    @property
+    def warm_port(self) -> int | None:
+        """The loopback port of the local worker running the call (where a restarted runner re-attaches)."""
+        return self._worker.port if isinstance(self._worker, WarmWorker) else None
+
+    async def start(self) -> None:
+        """Take a worker slot and send the call.
+
+        Raises:
+            WarmUnavailable: no worker could take it.
+        """
+        self._worker = await self.pool.acquire(self.acquire_timeout_s)
+        self._call = asyncio.create_task(self._follow(), name=f"warm-call-{self.execution.execution_id}")
+
+    async def _follow(self) -> int | None:
+        assert self._worker is not None
+        body = call_body(self.tool, self.execution, self.worker_api_url)
+        if self.detach_s > 0:
+            body["detachSeconds"] = self.detach_s
+        backoff_s = REFUSED_BACKOFF_FIRST_S
+        refusals = 0
+        try:
+            while True:
+                target = WarmTarget(self._worker.base_url, self.worker_api_url)
+                try:
+                    on_event = channel_events(self.channel, self.execution)
+                    self.delivering = True
+                    final = await send_call(self.pool.session, target, body, on_event)
+                    break
+                except WorkerLost as exc:
+                    self.delivering = False
+                    if exc.delivered:
+                        raise
+                    # It refused the call (busy with other callers' calls, gone, not this tool's): never ran.
+                    # A synchronous call tries three times; a task keeps trying (its supervisor stops it).
+                    refusals += 1
+                    await self.pool.release(self._worker)
+                    self._worker = None
+                    if self.execution.task_id is None and refusals >= 3:
+                        raise
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, REFUSED_BACKOFF_MAX_S)
+                    self._worker = await self._reacquire()
+        except WorkerLost as exc:
+            metrics.WARM_CALLS.labels(self.tool.name, "lost" if exc.delivered else "unavailable").inc()
+            self.worker_lost = True
+            self.delivered = exc.delivered
+            self._tail = str(exc)
+            return None
+        except WarmUnavailable as exc:  # no worker took it after a refusal: it did not run
+            metrics.WARM_CALLS.labels(self.tool.name, "unavailable").inc()
+            self.worker_lost, self.delivered = True, False
+            self._tail = str(exc)
+            return None
+        finally:
+            if self._worker is not None:
+                await self.pool.release(self._worker)
+        return await self._conclude(final)
+
+    async def _reacquire(self) -> WorkerSlot:
+        """A slot again after a refusal: a task waits for one as long as it takes."""
+        while True:
+            try:
+                return await self.pool.acquire(self.acquire_timeout_s)
+            except WarmBusy:
+                if self.execution.task_id is None:
+                    raise
+
+    async def _conclude(self, final: JsonObject) -> int | None:
+        code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
+        return code
+
+    async def wait(self) -> int | None:
+        """Wait for the call to end: 0 with an outcome recorded, 143 cancelled, `None` if the worker was lost."""
+        if self._call is None:
+            raise RuntimeError("call not started")
+        try:
+            return await asyncio.shield(self._call)
+        except asyncio.CancelledError:
+            if self._call.cancelled():  # `stop` withdrew a call no worker had taken
+                return 143
+            raise
+
+    async def stop(self, grace_s: float) -> None:
+        """Cancel the call; past `grace_s` seconds kill its worker (the pool starts another)."""
+        if self._call is None or self._call.done():
+            return
+        worker = self._worker
+        if not self.delivering:  # waiting for a worker to take it: it never ran, nothing to cancel there
+            self._call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._call
+            return
+        if worker is not None:
+            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.execution.execution_id)
+        try:
+            async with asyncio.timeout(grace_s):
+                await asyncio.shield(self._call)
+        except TimeoutError:
+            if worker is not None:
+                await self.pool.kill(worker)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._call)
+
+    def trim_log(self) -> None:
+        """Nothing to trim: the worker's stderr belongs to the pool."""
+
+    def stderr_tail(self) -> str:
+        """What ended the call without a result (the traceback, or how the worker was lost)."""
+        return self._tail
+
+    def discard_log(self) -> None:
+        """Nothing to discard (see `trim_log`)."""
+
+
+class AdoptedWarmCall:
+    """A detached call on a local warm worker that outlived its runner, followed by re-attaching.
+
+    Args:
+        session: the HTTP session.
+        tool: the task's tool.
+        execution: the run's worker-API view (same execution id and token as before the crash).
+        channel: records the outcome.
+        warm_port: the worker's loopback port.
+        pid, process_identity: the worker process (`identity.of`), to tell it is still alive.
+    """
+
+    delivered = True  # it ran: a loss now is a loss mid-call
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        tool: ToolSpec,
+        execution: Execution,
+        channel: WorkerChannel,
+        warm_port: int,
+        pid: int,
+        process_identity: str,
+    ) -> None:
+        self.session = session
+        self.tool = tool
+        self.execution = execution
+        self.channel = channel
+        self.base_url = f"http://127.0.0.1:{warm_port}"
+        self.warm_port = warm_port
+        self.pid: int | None = pid
+        self._identity = process_identity
+        self.worker_lost = False
+        self._follow: asyncio.Task[int | None] | None = None
+        self._tail = ""
+
+    async def start(self) -> None:
+        """Nothing to start: the call runs already."""
+
+    def _alive(self) -> bool:
+        return self.pid is not None and identity.is_alive(self.pid, self._identity)
+
+    async def _reattach(self) -> int | None:
+        url = f"{self.base_url}{contract.PATH_CALLS}/{self.execution.execution_id}?waitSeconds={REATTACH_WAIT_S:g}"
+        while True:
+            try:
+                async with self.session.get(url) as response:
+                    if response.status == 200:
+                        final = await response.json()
+                        code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
+                        return code
+                    if response.status == 202:
+                        continue
+                    self._tail = f"the warm worker no longer knows the call ({response.status})"
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                if self._alive():
+                    await asyncio.sleep(REATTACH_RETRY_S)
+                    continue
+                self._tail = f"the warm worker (pid {self.pid}) is gone: {exc}"
+            metrics.WARM_CALLS.labels(self.tool.name, "lost").inc()
+            self.worker_lost = True
+            return None
+
+    async def wait(self) -> int | None:
+        """Wait for the call to end (see `WarmRun.wait`)."""
+        if self._follow is None:
+            self._follow = asyncio.create_task(self._reattach(), name=f"reattach-{self.execution.execution_id}")
+        return await asyncio.shield(self._follow)
+
+    async def stop(self, grace_s: float) -> None:
+        """Cancel the call; past `grace_s` seconds kill its worker (nothing else of this runner uses it)."""
+        if self._follow is not None and self._follow.done():
+            return
+        await cancel_call(self.session, WarmTarget(self.base_url), self.execution.execution_id)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await self.wait()
+                return
+        if self._alive() and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                identity.signal_group(self.pid, self._identity, signal.SIGKILL)
+
+    def trim_log(self) -> None:
+        """Nothing to trim: the worker's stderr file belonged to the crashed runner's pool."""
+
+    def stderr_tail(self) -> str:
+        """What ended the call without a result, or how the worker was lost."""
+        return self._tail
+
+    def discard_log(self) -> None:
+        """Nothing to discard."""
