@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+from mcp_tasks.gateway.legacy_sessions import LiveCalls
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
@@ -18,7 +19,11 @@ from mcp_tasks.tasks.owner import Owner
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """What the gateway talks to; it never knows which deployment provides them (ARCHITECTURE.md)."""
+    """What the gateway talks to; it never knows which deployment provides them (ARCHITECTURE.md).
+
+    `live_calls` lists the legacy-era calls whose streams this replica has open (it lives and dies with
+    them; `legacy_sessions.LiveCalls`), so a cancel of a call without a session can reach it.
+    """
 
     store: TaskStore
     catalog: ToolCatalog
@@ -26,6 +31,7 @@ class Services:
     executor: ToolExecutor
     clock: Clock
     settings: GatewaySettings
+    live_calls: LiveCalls = field(default_factory=LiveCalls)
 
 
 def _never_gone() -> bool:

@@ -6,14 +6,17 @@ semantics. A request is legacy (`selects_legacy`) when its `params._meta` names 
 revision; everything else stays on the modern path unchanged (an `initialize` with a modern `_meta`
 is still -32601/404).
 
-Served: `initialize` (tools and resources capabilities, no `Mcp-Session-Id`: the 2025-11-25 transport
-lets a server issue none), `notifications/initialized`, `ping`, `tools/list`, `tools/call`,
+Served: `initialize`, `notifications/initialized`, `ping`, `tools/list`, `tools/call`,
 `resources/list`, `resources/read`, `notifications/cancelled`, and the client's JSON-RPC responses to
 the input requests a call streamed (`accept_reply`). Nothing is kept per connection, so any replica
-answers any legacy request. Not served: the 2025-11-25 experimental tasks API (`tasks/result`,
-`tasks/list`, a `task` request parameter): -32601 or ignored, as the tasks extension's migration table
-asks. JSON-RPC errors to legacy requests travel with HTTP 200 (their clients treat any other status as
-a transport failure); refusals at the door (401, 403, 413, ...) are unchanged.
+answers any legacy request. `initialize` is answered with an `Mcp-Session-Id` that holds no server
+state: a random nonce signed with the gateway's key (`legacy_sessions`), which scopes the client's
+JSON-RPC ids (its calls' hidden task ids and cancels); a legacy request whose `Mcp-Session-Id` does not
+verify gets 404, so the client initializes again (2025-11-25 `transports.mdx` §Session Management). Not
+served: the 2025-11-25 experimental tasks API (`tasks/result`, `tasks/list`, a `task` request
+parameter): -32601 or ignored, as the tasks extension's migration table asks. JSON-RPC errors to legacy
+requests travel with HTTP 200 (their clients treat any other status as a transport failure); refusals
+at the door (401, 403, 404 for an unknown session, 413, ...) are unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway import artifacts, discovery, legacy_calls, tool_calls
+from mcp_tasks.gateway import artifacts, discovery, legacy_calls, legacy_sessions, tool_calls
 from mcp_tasks.gateway.context import ClientGone, RequestContext, Services
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
@@ -119,7 +122,38 @@ def _initialize(ctx: RequestContext) -> JsonObject:
     }
 
 
-async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamResponse | JsonObject:
+class UnknownSession(Exception):
+    """The request's `Mcp-Session-Id` was not issued by this gateway to this principal (or its key changed)."""
+
+
+def session_of(headers: Mapping[str, str], owner: Owner, services: Services) -> str | None:
+    """The nonce of the request's `Mcp-Session-Id`, or `None` when it carries none (an empty one is none).
+
+    Raises:
+        UnknownSession: the header is present but does not verify (answered 404: initialize again).
+    """
+    value = headers.get(constants.HEADER_SESSION_ID, "").strip()
+    if not value:
+        return None
+    nonce = legacy_sessions.session_nonce(services.settings.request_state_secret, owner, value)
+    if nonce is None:
+        raise UnknownSession(value[:80])
+    return nonce
+
+
+def session_not_found(request_id: object) -> web.Response:
+    """HTTP 404 with a -32600 naming the header: the client must send `initialize` again without it
+    (2025-11-25 `transports.mdx` §Session Management).
+    """
+    error = InvalidRequest(
+        f"Session not found: this {constants.HEADER_SESSION_ID} was not issued by this server (or its key "
+        "changed); send initialize again without it"
+    )
+    rid = request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+    return json_response(error_response(rid, error), 404)
+
+
+async def _call_tool(request: web.Request, ctx: RequestContext, session: str | None) -> web.StreamResponse | JsonObject:
     """Legacy `tools/call`: quick tools run as a synchronous call does; others as a streamed hidden task.
 
     A tool with `inputBeforeTask` runs as a hidden task too: the legacy era has no pre-creation round,
@@ -140,7 +174,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext) -> web.StreamRes
             return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")
         except TimeoutError:
             return error_result(f"Tool {name!r} did not finish within {tool.execution.sync_timeout_seconds:g}s")
-    return await legacy_calls.stream_call(request, ctx, tool, arguments)
+    return await legacy_calls.stream_call(request, ctx, tool, arguments, session)
 
 
 async def serve(
@@ -156,10 +190,16 @@ async def serve(
     `mapper` is the gateway's one exception → `ProtocolError` mapper. Notifications get 202; requests
     get a JSON result or error (HTTP 200), or, for a streamed `tools/call`, an SSE stream.
     """
+    session: str | None = None
+    if message.method != constants.METHOD_INITIALIZE:  # initialize starts over, whatever it carries
+        try:
+            session = session_of(request.headers, owner, services)
+        except UnknownSession:
+            return session_not_found(message.request_id)
     if message.is_notification:
         if message.method == constants.NOTIFICATION_CANCELLED:
             try:
-                await legacy_calls.cancel_call(services, owner, message.params.get("requestId"))
+                await legacy_calls.cancel_call(services, owner, message.params.get("requestId"), session)
             except Exception as exc:  # a notification gets no answer; a failed cancel is only logged
                 mapper(exc)
         return web.Response(status=202)
@@ -167,9 +207,12 @@ async def serve(
     ctx = _context(message, owner, request.headers, services, client_gone)
     try:
         if message.method == constants.METHOD_INITIALIZE:
-            result: JsonObject | web.StreamResponse = _initialize(ctx)
-        elif message.method == constants.METHOD_PING:
-            result = {}
+            session_id = legacy_sessions.mint_session_id(services.settings.request_state_secret, owner)
+            reply = json_response(result_response(message.request_id, _legacy_form(_initialize(ctx))))
+            reply.headers[constants.HEADER_SESSION_ID] = session_id
+            return reply
+        if message.method == constants.METHOD_PING:
+            result: JsonObject | web.StreamResponse = {}
         elif message.method == constants.METHOD_TOOLS_LIST:
             listed = await discovery.list_tools(ctx)
             result = {**listed, "tools": [_legacy_tool(tool) for tool in listed["tools"]]}
@@ -180,7 +223,7 @@ async def serve(
         elif message.method == constants.METHOD_RESOURCES_READ:
             result = await artifacts.read_resource(ctx)
         elif message.method == constants.METHOD_TOOLS_CALL:
-            result = await _call_tool(request, ctx)
+            result = await _call_tool(request, ctx, session)
         else:
             raise MethodNotFound(f"Method not found: {message.method}")
     except Exception as exc:
@@ -204,14 +247,21 @@ def _legacy_tool(tool: JsonObject) -> JsonObject:
     return {**{k: v for k, v in tool.items() if k != "execution"}, **({"execution": kept} if kept else {})}
 
 
-async def accept_reply(payload: JsonObject, owner: Owner, services: Services) -> web.Response:
+async def accept_reply(
+    payload: JsonObject, owner: Owner, services: Services, headers: Mapping[str, str]
+) -> web.Response:
     """Deliver a client's response to one of our input requests to its task, on any replica.
 
     202 when it answered a pending request of the caller's own call. A forged id, another principal's,
     one whose call ended, or one already answered: 400 with the same -32602 (2025-11-25 transport: a
     response the server cannot accept gets an HTTP error status). An answer that does not fit its
-    request (an `ElicitResult` without `action`): 400 with a -32602 naming the key.
+    request (an `ElicitResult` without `action`): 400 with a -32602 naming the key. An `Mcp-Session-Id`
+    in `headers` that does not verify: 404, as for any legacy request.
     """
+    try:
+        session_of(headers, owner, services)  # the reply's own id routes it; a session only has to be genuine
+    except UnknownSession:
+        return session_not_found(None)
     refused = InvalidParams("Invalid params: no pending request has this id; it may have ended or been answered")
     if payload.get("jsonrpc") != "2.0":
         return json_response(error_response(None, InvalidRequest('Invalid Request: "jsonrpc" must be "2.0"')), 400)

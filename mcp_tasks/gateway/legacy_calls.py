@@ -13,14 +13,31 @@ took the POST follows the record and writes, in order:
   refused like an unknown one;
 - the call's response: the task's `CallToolResult`.
 
-No session: the server keeps nothing that outlives the request. The stateless server cannot know what
+No session state: the server keeps nothing that outlives the request. It cannot know what
 the client declared in `initialize`, so input requests are sent, and a client without a handler
 answers with an error (-32601), which the tool sees as `ClientLacksCapability`.
 
-Cancellation: the hidden task's id is derived from (principal, the call's JSON-RPC id, a generation
-0..7), so `notifications/cancelled {requestId}` at any replica finds it (`cancel_call`); a client that
-disconnects mid-call cancels it too. After `legacy_call_timeout_s` the task is cancelled and the call
-ends with an `isError` result saying to connect with the tasks extension.
+Hidden task ids never repeat, so a call never meets the memory of an earlier call's deleted task (the
+Kubernetes store and operator remember deleted McpTask names and take a task id as never reused):
+
+- a call in a session (`Mcp-Session-Id`, `legacy_sessions`) gets `call_task_id`: an HMAC over
+  (principal, session nonce, JSON-RPC id, generation 0..7). The nonce is 128 random bits minted by the
+  gateway, and a client may not repeat an id within its session, so no earlier call had this id; the
+  generation only separates the calls of a client that repeats one anyway (while the earlier task is
+  kept). `notifications/cancelled {requestId}` with the session header, at any replica, derives the
+  same ids and finds the call (`cancel_call`) without any lookup table;
+- a call without a session header gets a random id (`mint_task_id`): its JSON-RPC id says nothing about
+  which call it is (another connection of the principal may use the same id, before or at the same
+  time). Its cancel is matched through `Services.live_calls`, the calls whose streams the receiving
+  replica has open: exact in the embedded server (one process); behind several replicas, a cancel that
+  lands on another replica than the call's stream is not matched (no store lookup by JSON-RPC id exists,
+  and adding one would put the client-chosen id back into the records). Every official SDK echoes the
+  session header, so this path serves hand-written clients, and their disconnect still cancels.
+
+Either way a cancel acts only on exactly one open call under (principal, session, id); a finished call
+with the same id never makes it ambiguous. A client that disconnects mid-call cancels it too. After
+`legacy_call_timeout_s` the task is cancelled and the call ends with an `isError` result saying to
+connect with the tasks extension.
 """
 
 from __future__ import annotations
@@ -30,7 +47,6 @@ import base64
 import binascii
 import contextlib
 import dataclasses
-import hashlib
 import hmac
 import json
 import logging
@@ -39,7 +55,9 @@ from typing import Final
 
 from aiohttp import web
 
+from mcp_tasks.gateway import legacy_sessions
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.legacy_sessions import CallKey
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
 from mcp_tasks.gateway.responses import SSE_HEADERS, sse_frame
 from mcp_tasks.observability import metrics, tracing
@@ -59,8 +77,8 @@ from mcp_tasks.tasks.tools import ToolSpec
 logger = logging.getLogger("mcp_tasks.gateway")
 
 GENERATIONS: Final = 8
-"""Task ids tried per (principal, request id): clients restart their ids at 0 on every connection, and a
-finished call's hidden task is kept for `INLINE_TTL_MS`, so a later call with the same id takes the next."""
+"""Task ids tried per (principal, session, request id): a client that repeats an id within its session
+(which 2025-11-25 forbids) while the earlier call's task is kept takes the next; past them, a random id."""
 
 INPUT_REPLY_PREFIX: Final = "mcptasks-input."
 """Prefix of the ids of the server-to-client requests we send; a client response with it is routed."""
@@ -70,18 +88,17 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _mac(secret: bytes, *parts: str) -> str:
-    return hmac.new(secret, "\x00".join(parts).encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def call_task_id(secret: bytes, owner: Owner, request_id: RequestId, generation: int) -> TaskId:
-    """The hidden task id of a legacy call: 128 bits of HMAC over principal, JSON-RPC id and generation."""
-    return TaskId(_mac(secret, "legacy-call", owner.tenant, owner.subject, json.dumps(request_id), str(generation)))
+def call_task_id(secret: bytes, owner: Owner, session: str, request_id: RequestId, generation: int) -> TaskId:
+    """The hidden task id of a legacy call in a session: 128 bits of HMAC over the principal, the session's
+    nonce (`legacy_sessions.session_nonce`), the JSON-RPC id and the generation (0 to `GENERATIONS - 1`).
+    """
+    parts = (owner.tenant, owner.subject, session, json.dumps(request_id), str(generation))
+    return TaskId(legacy_sessions.mac(secret, "legacy-session-call", *parts))
 
 
 def input_reply_id(secret: bytes, owner: Owner, task_id: str, key: str) -> str:
     """`mcptasks-input.<taskId>.<base64url key>.<HMAC>`: the id of the request that asks for input `key`."""
-    mac = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    mac = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
     return f"{INPUT_REPLY_PREFIX}{task_id}.{_b64(key.encode())}.{mac}"
 
 
@@ -96,7 +113,7 @@ def parse_input_reply_id(secret: bytes, owner: Owner, reply_id: str) -> tuple[st
     task_id, encoded_key, mac = parts
     try:
         key = base64.urlsafe_b64decode(encoded_key + "=" * (-len(encoded_key) % 4)).decode()
-        expected = _mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+        expected = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
     except (ValueError, binascii.Error, UnicodeError):  # not base64, not UTF-8, a lone surrogate
         return None
     return (task_id, key) if hmac.compare_digest(mac, expected) else None
@@ -110,8 +127,10 @@ class _ServerStopping(Exception):
     """The server is shutting down while the call runs: its hidden task is cancelled."""
 
 
-async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> TaskRecord:
-    """Insert the hidden task under the first free derived id (a random one once all are taken)."""
+async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, session: str | None) -> TaskRecord:
+    """Insert the hidden task: in a session, under the first free derived id (a random one once all are
+    taken); without one, under a random id.
+    """
     services = ctx.services
     request_id = ctx.message.request_id
     assert request_id is not None  # notifications never reach a call
@@ -122,15 +141,16 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) ->
     client_trace = tracing.valid_traceparent(meta.get(tracing.META_TRACEPARENT) if isinstance(meta, dict) else None)
     with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
         fresh = dataclasses.replace(fresh, traceparent=traceparent)
-        for generation in range(GENERATIONS):
-            candidate = dataclasses.replace(fresh, task_id=call_task_id(secret, ctx.owner, request_id, generation))
+        for generation in range(GENERATIONS if session is not None else 0):
+            task_id = call_task_id(secret, ctx.owner, str(session), request_id, generation)
             try:
-                created = await services.store.create(candidate)
+                created = await services.store.create(dataclasses.replace(fresh, task_id=task_id))
             except VersionConflict:
                 continue
             notify_written(None, created)
             return created
-    logger.info("legacy call %r: every derived task id is taken; notifications/cancelled cannot reach it", request_id)
+    if session is not None:
+        logger.info("legacy call %r: every derived task id of its session is taken; it gets a random one", request_id)
     created = await services.store.create(fresh)
     notify_written(None, created)
     return created
@@ -152,39 +172,42 @@ async def _request_cancel(services: Services, task_id: str, why: str) -> None:
         )
 
 
-async def cancel_call(services: Services, owner: Owner, request_id: object) -> None:
-    """`notifications/cancelled {requestId}`: cancel the owner's live call with that id, when it is unambiguous.
+async def cancel_call(services: Services, owner: Owner, request_id: object, session: str | None) -> None:
+    """`notifications/cancelled {requestId}`: cancel the owner's open call with that id in `session`, if unambiguous.
 
-    Without sessions the server cannot tell which of the principal's connections sent the notification,
-    and clients restart their ids on every connection. So it acts only when exactly one task of this
-    principal carries that id (live, and no other one finished within its retention): otherwise it
-    could stop another client's call, and the cancelling client's own disconnect stops its call anyway.
-    Cooperative, like `tasks/cancel`; an id with no live call is ignored (2025-11-25
-    `utilities/cancellation`: the receiver MAY ignore a cancellation it cannot match).
+    `session` is the nonce of the notification's verified `Mcp-Session-Id`, or `None` without one. The
+    calls this replica follows are looked at first (`Services.live_calls`); a session's call followed by
+    another replica is found through the store at its derived ids (generations in order, up to the first
+    that does not exist: they are taken in order). It acts only when exactly one open call matches;
+    finished calls with the same id do not count. Cooperative, like `tasks/cancel`; an id with no open call
+    is ignored (2025-11-25 `utilities/cancellation`: the receiver MAY ignore a cancellation it cannot match).
     """
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
         return
-    secret = services.settings.request_state_secret
-    found: list[TaskRecord] = []
-    for generation in range(GENERATIONS):
-        try:
-            found.append(await services.store.get(call_task_id(secret, owner, request_id, generation), owner))
-        except TaskNotFound:
-            continue
-    if len(found) != 1:
-        if found:
-            logger.info(
-                "notifications/cancelled for %r matches %d calls of one principal; ignored", request_id, len(found)
-            )
+    matches = set(services.live_calls.find(CallKey.of(owner, session, request_id)))
+    if not matches and session is not None:
+        secret = services.settings.request_state_secret
+        for generation in range(GENERATIONS):
+            try:
+                record = await services.store.get(call_task_id(secret, owner, session, request_id, generation), owner)
+            except TaskNotFound:
+                break
+            if not record.status.is_terminal:
+                matches.add(record.task_id)
+    if len(matches) != 1:
+        if matches:
+            count = len(matches)
+            logger.info("notifications/cancelled for %r matches %d open calls; ignored", request_id, count)
         return
-    if not found[0].status.is_terminal:
-        await _request_cancel(services, found[0].task_id, CANCELLED_BY_CLIENT)
+    await _request_cancel(services, matches.pop(), CANCELLED_BY_CLIENT)
 
 
 async def stream_call(
-    request: web.Request, ctx: RequestContext, tool: ToolSpec, arguments: JsonObject
+    request: web.Request, ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, session: str | None
 ) -> web.StreamResponse:
     """Run `tool` as a hidden task and answer the call on an SSE stream (see the module docstring).
+
+    `session` is the nonce of the request's verified `Mcp-Session-Id`, or `None` when it sent none.
 
     Raises (before the stream starts, answered as JSON by the caller):
         StoreUnavailable: the hidden task could not be created.
@@ -192,7 +215,18 @@ async def stream_call(
     services = ctx.services
     request_id = ctx.message.request_id
     assert request_id is not None
-    record = await _create(ctx, tool, arguments)
+    record = await _create(ctx, tool, arguments, session)
+    with services.live_calls.following(CallKey.of(ctx.owner, session, request_id), record.task_id):
+        return await _stream(request, ctx, record)
+
+
+async def _stream(request: web.Request, ctx: RequestContext, record: TaskRecord) -> web.StreamResponse:
+    """Answer the call on an SSE stream while its hidden task `record` runs; cancel the task if nobody
+    will read its result (the client left, or the server is stopping).
+    """
+    services = ctx.services
+    request_id = ctx.message.request_id
+    assert request_id is not None
     meta = ctx.params.get("_meta")
     progress_token = meta.get(constants.META_PROGRESS_TOKEN) if isinstance(meta, dict) else None
     response = web.StreamResponse(headers=SSE_HEADERS)

@@ -5,7 +5,9 @@ and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → a client
 input requests? (`legacy.accept_reply`) → one JSON-RPC message (-32600; array params or lone
 surrogates in params -32602) → legacy era? (`legacy.serve`) → notification? 202 → `_meta`/headers/version
 (-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
-`Mcp-Session-Id` and `Last-Event-ID` are ignored. One mapper turns every exception into an error object.
+`Last-Event-ID` is ignored, and so is `Mcp-Session-Id` on 2026-07-28 requests (a legacy-era request's is
+checked by `legacy`: a signed id that scopes its JSON-RPC ids, 404 when it does not verify). One mapper
+turns every exception into an error object.
 """
 
 from __future__ import annotations
@@ -282,7 +284,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             where = lone_surrogate_path(payload) if may_escape_surrogates(body) else None
             if where is not None:  # as parse_message refuses them in a request: nothing could store it
                 raise InvalidParams(f"Invalid params: {where} holds a lone UTF-16 surrogate escape (\\ud800-\\udfff)")
-            return await legacy.accept_reply(payload, owner, services)
+            return await legacy.accept_reply(payload, owner, services, request.headers)
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
         request[REQUEST_METHOD_KEY] = message.method

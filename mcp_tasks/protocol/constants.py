@@ -47,6 +47,10 @@ HEADER_METHOD: Final = "Mcp-Method"
 HEADER_NAME: Final = "Mcp-Name"
 HEADER_PARAM_PREFIX: Final = "Mcp-Param-"
 HEADER_AUTHORIZATION: Final = "Authorization"
+HEADER_SESSION_ID: Final = "Mcp-Session-Id"
+"""Legacy era only (2025-11-25 `transports.mdx` §Session Management): issued on `initialize`, echoed by the
+client; our value is a signed nonce that scopes the client's JSON-RPC ids (`gateway.legacy_sessions`).
+Ignored on 2026-07-28 requests, which have no sessions."""
 
 # Methods we serve.
 METHOD_DISCOVER: Final = "server/discover"

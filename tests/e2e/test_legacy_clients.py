@@ -1,10 +1,11 @@
-"""Legacy-era (2025-11-25) clients on the same endpoint, with no session: the official Python SDK in its
-`legacy` mode over a real socket, and raw HTTP for the answer-routing edge cases."""
+"""Legacy-era (2025-11-25) clients on the same endpoint, with no session state: the official Python SDK in
+its `legacy` mode over a real socket, and raw HTTP for the answer-routing, session-id and cancel edge cases."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,14 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult
 
+from mcp_tasks.gateway import legacy_calls, legacy_sessions
 from mcp_tasks.protocol import constants
+from mcp_tasks.protocol.errors import InvalidRequest
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.inline import INLINE_TTL_MS
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.owner import LOCAL_OWNER
 from tests.conftest import Embedded, server_settings, start_embedded
 
 LEGACY = "2025-11-25"
@@ -37,7 +42,8 @@ def answering(content: dict[str, Any]) -> Any:
 
 
 async def test_the_sdk_in_legacy_mode_initializes_lists_and_calls_without_a_session(embedded: Embedded) -> None:
-    """`initialize` selects the legacy era; no `Mcp-Session-Id`; a `never` tool answers as before."""
+    """`initialize` selects the legacy era; the `Mcp-Session-Id` it gets holds no server state; a `never`
+    tool answers as before."""
     async with Client(embedded.url, mode="legacy", cache=None) as client:
         assert client.protocol_version == LEGACY
         names = [tool.name for tool in (await client.list_tools()).tools]
@@ -74,10 +80,14 @@ async def test_a_client_without_an_elicitation_handler_gets_a_tool_error_naming_
 
 
 async def test_progress_reaches_a_legacy_client_that_sent_a_progress_token(embedded: Embedded) -> None:
+    """Also: the official Python SDK echoes the `Mcp-Session-Id` of `initialize` on its calls, so its call
+    is open under a session (its hidden task's id is scoped by it)."""
     updates: list[tuple[float, str | None]] = []
+    sessions: set[str | None] = set()
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         updates.append((progress, message))
+        sessions.update(key.session for key in embedded.services.live_calls._calls)
 
     async with Client(embedded.url, mode="legacy", cache=None) as client:
         result = await client.call_tool("sleeper", {"seconds": 1.5}, progress_callback=on_progress)
@@ -85,6 +95,7 @@ async def test_progress_reaches_a_legacy_client_that_sent_a_progress_token(embed
     assert updates, "notifications/progress on the call's stream"
     assert [p for p, _ in updates] == sorted({p for p, _ in updates}), "progress only increases"
     assert all(message and message.startswith("sleeping") for _, message in updates)
+    assert sessions and None not in sessions, "the SDK sent the Mcp-Session-Id it was given"
 
 
 async def legacy_post(
@@ -101,7 +112,12 @@ async def legacy_post(
 
 
 async def open_call(
-    session: aiohttp.ClientSession, url: str, request_id: int, name: str, arguments: dict[str, Any]
+    session: aiohttp.ClientSession,
+    url: str,
+    request_id: int,
+    name: str,
+    arguments: dict[str, Any],
+    headers: dict[str, str] | None = None,
 ) -> tuple[aiohttp.ClientResponse, asyncio.Queue[dict[str, Any]], asyncio.Task[None]]:
     """Start a legacy `tools/call` and feed its SSE messages into a queue as they arrive."""
     body = {
@@ -110,7 +126,7 @@ async def open_call(
         "method": "tools/call",
         "params": {"name": name, "arguments": arguments},
     }
-    response = await session.post(url, data=json.dumps(body), headers=HEADERS)
+    response = await session.post(url, data=json.dumps(body), headers={**HEADERS, **(headers or {})})
     assert response.content_type == "text/event-stream"
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -132,7 +148,9 @@ async def test_initialize_names_served_versions_and_the_modern_surface_is_unchan
         "params": {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
     }
     status, headers, [reply] = await legacy_post(http_session, embedded.url, init, {"MCP-Protocol-Version": ""})
-    assert status == 200 and "Mcp-Session-Id" not in headers
+    assert status == 200 and legacy_sessions.session_nonce(
+        embedded.services.settings.request_state_secret, LOCAL_OWNER, headers[constants.HEADER_SESSION_ID]
+    ), "a signed session id, nothing stored"
     assert reply["result"]["protocolVersion"] == LEGACY, "an unknown revision gets our newest legacy one"
     assert set(reply["result"]["capabilities"]) == {"tools", "resources"}, "no legacy tasks capability"
     init["params"]["protocolVersion"] = "2025-06-18"
@@ -194,9 +212,11 @@ async def test_answers_are_routed_by_an_unguessable_id_bound_to_the_principal(
         response.close()
 
 
-async def cancel_notification(session: aiohttp.ClientSession, url: str, request_id: int) -> None:
+async def cancel_notification(
+    session: aiohttp.ClientSession, url: str, request_id: int, headers: dict[str, str] | None = None
+) -> None:
     body = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
-    status, _, _ = await legacy_post(session, url, body)
+    status, _, _ = await legacy_post(session, url, body, headers)
     assert status == 202
 
 
@@ -234,9 +254,9 @@ async def test_notifications_cancelled_stops_the_call_and_it_gets_no_response(
 async def test_an_ambiguous_cancellation_is_ignored_and_a_disconnect_still_cancels(
     embedded: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
-    """Without sessions, two live calls of one principal may share a JSON-RPC id (ids restart with each
-    connection): `notifications/cancelled` then stops neither, rather than maybe the wrong one. A client
-    that goes away mid-call always stops its own call."""
+    """Without a session header, two live calls of one principal may share a JSON-RPC id (ids restart
+    with each connection): `notifications/cancelled` then stops neither, rather than maybe the wrong one.
+    A client that goes away mid-call always stops its own call."""
     opened = []
     try:
         opened.append(await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30}))
@@ -244,8 +264,7 @@ async def test_an_ambiguous_cancellation_is_ignored_and_a_disconnect_still_cance
         opened.append(await open_call(http_session, embedded.url, 12, "sleeper", {"seconds": 30}))
         b = await wait_for_hidden_task(embedded, not_in={a})
         first, _, pump_a = opened[0]
-        await cancel_notification(http_session, embedded.url, 12)
-        await asyncio.sleep(1.0)
+        await cancel_notification(http_session, embedded.url, 12)  # acted on (or not) before its 202
         assert [await status_of(embedded, a), await status_of(embedded, b)] == [TaskStatus.WORKING] * 2
         pump_a.cancel()
         first.close()  # one client goes away: its call, and only its call, is cancelled
@@ -382,3 +401,147 @@ async def test_a_tool_that_asks_before_it_starts_works_for_a_legacy_client(embed
     assert not purged.is_error and "Purged" in purged.content[0].text, purged  # type: ignore[union-attr]
     assert declined.is_error and "Not started" in declined.content[0].text  # type: ignore[union-attr]
     assert len(asked) == 2
+
+
+SESSION = constants.HEADER_SESSION_ID
+
+
+async def initialize(session: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """`initialize` as the SDKs do it: the headers the client's later requests carry (its session id, if any)."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    status, headers, [reply] = await legacy_post(session, url, init)
+    assert status == 200 and reply["result"]["protocolVersion"] == LEGACY
+    return {SESSION: headers[SESSION]} if SESSION in headers else {}
+
+
+async def call_to_the_end(
+    session: aiohttp.ClientSession,
+    url: str,
+    request_id: int,
+    name: str,
+    arguments: dict[str, Any],
+    headers: dict[str, str],
+) -> dict[str, Any]:
+    """A legacy `tools/call` from start to its response (the call's stream closes after it)."""
+    response, queue, pump = await open_call(session, url, request_id, name, arguments, headers)
+    try:
+        async with asyncio.timeout(30):
+            while "id" not in (message := await queue.get()) or "method" in message:
+                pass
+        return message
+    finally:
+        pump.cancel()
+        response.close()
+
+
+async def task_ids(embedded: Embedded) -> set[str]:
+    rows = await embedded.store._w.execute_fetchall("SELECT task_id FROM tasks")
+    return {str(row[0]) for row in rows}
+
+
+async def wait_for_status(embedded: Embedded, task_id: str, wanted: TaskStatus) -> None:
+    """Wait (10 s at most) on the store's change feed until `task_id` has status `wanted`."""
+    async with asyncio.timeout(10):
+        while (await embedded.store.get(task_id)).status is not wanted:
+            await embedded.store.wait_for_change(1.0, task_id)
+
+
+@pytest.mark.parametrize("with_session", [True, False], ids=["session", "no-session-header"])
+async def test_a_repeated_request_id_after_the_earlier_hidden_task_expired_runs_as_a_new_task(
+    embedded: Embedded, http_session: aiohttp.ClientSession, with_session: bool
+) -> None:
+    """Real clients start every connection at the same JSON-RPC id (the Inspector CLI and
+    langchain-mcp-adapters call with id 1). Our rule: a legacy call's hidden task id never repeats an
+    earlier call's, even one whose task has expired (the Kubernetes operator skips a task name it saw
+    deleted, so a reused name never ran there): scoped by the session's nonce, or random without one."""
+    earlier: set[str] = set()
+    for _ in range(2):
+        headers = await initialize(http_session, embedded.url) if with_session else {}
+        final = await call_to_the_end(http_session, embedded.url, 1, "sleeper", {"seconds": 0}, headers)
+        assert final["id"] == 1 and final["result"]["content"][0]["text"].startswith("slept"), final
+        hidden = await task_ids(embedded)
+        assert len(hidden) == 1 and not hidden & earlier, "a new task id, not the expired task's"
+        earlier |= hidden
+        expired = await embedded.store.delete_expired(utc_now() + timedelta(days=1), 100)  # as expiry does
+        assert set(expired) == hidden
+
+
+async def test_a_cancel_in_a_session_stops_that_sessions_call_when_request_ids_repeat(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """2025-11-25 `utilities/cancellation`: the TypeScript SDK and mcp-remote send
+    `notifications/cancelled` and keep the call's stream open. Ids repeat across sessions and a finished
+    call's task is kept 60 s; the cancel stops the open call of the session that sent it, and only it."""
+    done = await initialize(http_session, embedded.url)
+    assert done, "initialize issues an Mcp-Session-Id"
+    await call_to_the_end(http_session, embedded.url, 1, "sleeper", {"seconds": 0}, done)
+    finished = await task_ids(embedded)
+    mine, other = await initialize(http_session, embedded.url), await initialize(http_session, embedded.url)
+    opened = [await open_call(http_session, embedded.url, 1, "sleeper", {"seconds": 30}, mine)]
+    try:
+        my_task = await wait_for_hidden_task(embedded, not_in=finished)
+        opened.append(await open_call(http_session, embedded.url, 1, "sleeper", {"seconds": 30}, other))
+        other_task = await wait_for_hidden_task(embedded, not_in=finished | {my_task})
+        await cancel_notification(http_session, embedded.url, 1, mine)
+        _, queue, pump = opened[0]
+        await asyncio.wait_for(pump, 10)  # the stream ended
+        assert queue.empty(), "no response to a cancelled request"
+        assert (await embedded.store.get(my_task)).status is TaskStatus.CANCELLED
+        assert (await embedded.store.get(other_task)).status is TaskStatus.WORKING, "the other session's call runs on"
+    finally:
+        for response, _, pump in opened:
+            pump.cancel()
+            response.close()
+    await wait_for_status(embedded, other_task, TaskStatus.CANCELLED)  # its client went away
+
+
+async def test_without_a_session_a_cancel_reaches_the_one_open_call_with_its_id(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """A client that does not echo `Mcp-Session-Id`: a call with the same id that finished within the
+    minute does not make the cancel ambiguous; the open call (followed by this replica) is stopped."""
+    await call_to_the_end(http_session, embedded.url, 1, "sleeper", {"seconds": 0}, {})
+    finished = await task_ids(embedded)
+    response, queue, pump = await open_call(http_session, embedded.url, 1, "sleeper", {"seconds": 30})
+    try:
+        task_id = await wait_for_hidden_task(embedded, not_in=finished)
+        await cancel_notification(http_session, embedded.url, 1)
+        await asyncio.wait_for(pump, 10)
+        assert queue.empty(), "no response to a cancelled request"
+        assert (await embedded.store.get(task_id)).status is TaskStatus.CANCELLED
+    finally:
+        pump.cancel()
+        response.close()
+
+
+async def test_a_session_id_the_gateway_did_not_issue_gets_404_and_initialize_starts_over(
+    embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """2025-11-25 `transports.mdx` §Session Management: a request with a session id the server does not
+    know gets 404, and the client initializes again. No session is stored: an id whose signature does
+    not verify (forged, altered, or signed with another key) is the unknown one."""
+    good = (await initialize(http_session, embedded.url))[SESSION]
+    nonce, signature = good.split(".")
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    for bad in (f"{nonce}.{'0' * 32}", f"{'0' * 32}.{signature}", "not-ours", good.upper()):
+        status, _, [reply] = await legacy_post(
+            http_session, embedded.url, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, {SESSION: bad}
+        )
+        assert (status, reply["error"]["code"], reply["id"]) == (404, InvalidRequest.code, 4), bad
+        status, _, _ = await legacy_post(http_session, embedded.url, cancel, {SESSION: bad})
+        assert status == 404
+        reply_to_us = {"jsonrpc": "2.0", "id": f"{legacy_calls.INPUT_REPLY_PREFIX}x.y.z", "result": {}}
+        status, _, _ = await legacy_post(http_session, embedded.url, reply_to_us, {SESSION: bad})
+        assert status == 404
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": LEGACY}}
+    status, headers, [reply] = await legacy_post(http_session, embedded.url, init, {SESSION: "not-ours"})
+    assert status == 200 and headers[SESSION] not in ("not-ours", good), "a new session"
+    status, _, [reply] = await legacy_post(
+        http_session, embedded.url, {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, {SESSION: good}
+    )
+    assert status == 200 and reply["result"]["tools"], "any session it issued stays valid: nothing expires"

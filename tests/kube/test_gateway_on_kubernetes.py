@@ -20,8 +20,8 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.clients import typescript
 from tests.controlplane.cluster import ControlPlane
-from tests.e2e.test_legacy_clients import legacy_post, open_call
-from tests.kube.conftest import Gateways, client, get_object, sep_hello_world
+from tests.e2e.test_legacy_clients import call_to_the_end, cancel_notification, initialize, legacy_post, open_call
+from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
 
 NEW_TOOL = """\
 apiVersion: mcptasks.io/v1alpha1
@@ -223,3 +223,82 @@ async def test_input_rounds_of_a_plain_call_continue_on_the_other_replica(
     (stored,) = yaml.safe_load(control_plane.kubectl("get", "mcptasks", "-n", namespace, "-o", "yaml"))["items"]
     assert stored["status"]["taskStatus"] == "completed"
     assert stored["spec"]["inputResponses"]["name"]["content"] == {"name": "Luca"}
+
+
+JOB_WAIT_S = 60.0
+"""Bound on a Job-run call on the process node (a pod is a local process; Python starts in ~1 s)."""
+
+
+def task_names(plane: ControlPlane, namespace: str) -> set[str]:
+    listed = yaml.safe_load(plane.kubectl("get", "mcptasks", "-n", namespace, "-o", "yaml"))
+    return {str(item["metadata"]["name"]) for item in listed["items"]}
+
+
+async def new_task_name(plane: ControlPlane, namespace: str, store: KubernetesTaskStore, known: set[str]) -> str:
+    """The one McpTask not in `known`, once the gateway's watch has seen it created (bounded wait)."""
+    async with asyncio.timeout(30):
+        while not (fresh := task_names(plane, namespace) - known):
+            await store.wait_for_new_tasks(1.0)
+    (name,) = fresh
+    return name
+
+
+async def test_a_legacy_call_repeating_the_id_of_an_expired_call_still_runs_on_the_operator(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """Each Inspector CLI or langchain-mcp-adapters call opens a connection and calls with id 1. The
+    operator remembers the names of deleted McpTasks and never runs one again, so a legacy call's hidden
+    task must never take an expired call's name (our rule): in a session its id is scoped by the
+    session's nonce; without a session header it is random. Each call below runs as a Job."""
+    operators.start()
+    gateway = await gateways.start()
+    earlier: set[str] = set()
+    for with_session in (True, True, False):
+        headers = await initialize(http_session, gateway.url) if with_session else {}
+        async with asyncio.timeout(JOB_WAIT_S):
+            final = await call_to_the_end(http_session, gateway.url, 1, "sleeper", {"seconds": 0}, headers)
+        assert final["id"] == 1 and final["result"]["content"][0]["text"].startswith("slept"), final
+        (name,) = task_names(control_plane, namespace)
+        assert name not in earlier
+        earlier.add(name)
+        control_plane.kubectl("delete", "mcptask", name, "-n", namespace, "--wait=true")  # as its expiry does
+        assert get_object(control_plane, namespace, name) is None
+
+
+async def test_a_legacy_cancel_with_a_repeated_id_stops_its_sessions_call_through_another_replica(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """2025-11-25 `utilities/cancellation`, as the TypeScript SDK and mcp-remote send it (stream kept
+    open): with a finished call and another session's open call under the same JSON-RPC id, the cancel,
+    POSTed to another replica, stops the open call of the session that sent it and nothing else."""
+    operators.start()
+    first, second = await gateways.start(), await gateways.start()
+    done = await initialize(http_session, first.url)
+    async with asyncio.timeout(JOB_WAIT_S):
+        await call_to_the_end(http_session, first.url, 1, "sleeper", {"seconds": 0}, done)
+    known = task_names(control_plane, namespace)
+    mine, other = await initialize(http_session, first.url), await initialize(http_session, second.url)
+    opened = [await open_call(http_session, first.url, 1, "sleeper", {"seconds": 120}, mine)]
+    try:
+        my_task = await new_task_name(control_plane, namespace, first.store, known)
+        opened.append(await open_call(http_session, first.url, 1, "sleeper", {"seconds": 120}, other))
+        other_task = await new_task_name(control_plane, namespace, first.store, known | {my_task})
+        await cancel_notification(http_session, second.url, 1, mine)
+        _, queue, pump = opened[0]
+        await asyncio.wait_for(pump, JOB_WAIT_S)  # the operator stopped the Job: the call's stream ended
+        assert queue.empty(), "no response to a cancelled request"
+        assert (await second.store.get(my_task, fresh=True)).status is TaskStatus.CANCELLED
+        running = await second.store.get(other_task, fresh=True)
+        assert running.cancel_requested_at is None and running.status is TaskStatus.WORKING, running
+    finally:
+        for response, _, pump in opened:
+            pump.cancel()
+            response.close()
