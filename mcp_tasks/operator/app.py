@@ -1,0 +1,223 @@
+"""The operator's composition: what `mcptasks operator` opens, runs and closes, in one place.
+
+`run(wiring, stop)` opens the McpTask store and the McpTool catalog, serves the worker API for tool
+pods, and runs until `stop` is set: kopf (`handlers`) for the Job and pod watches and peering, the
+reconcile workers while this replica is the active one (`peering`), the warm tools, the McpTools'
+conditions, the slow resync and the expiry sweep (`aio.every`). Everything opened is closed by one
+`AsyncExitStack`, in reverse order of opening; the background loops are named tasks, cancelled and
+awaited for a bounded time when kopf stops. `cli/operator.py` only parses settings and connects.
+
+It never reads the environment or the settings tree: what it needs comes in `OperatorWiring`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import kopf
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from mcp_tasks import aio
+from mcp_tasks.observability import metrics
+from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
+from mcp_tasks.operator.events import EventRecorder, TaskEvent
+from mcp_tasks.operator.handlers import build_registry
+from mcp_tasks.operator.peering import ActivePeer
+from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.operator.tool_status import write_tool_statuses
+from mcp_tasks.operator.warm_tasks import WarmTaskRunner, worker_key
+from mcp_tasks.operator.warm_tools import WarmTools
+from mcp_tasks.runner import RunnerSettings
+from mcp_tasks.store.artifacts import FileArtifactStore
+from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
+from mcp_tasks.tasks.errors import StoreUnavailable
+from mcp_tasks.tasks.interfaces import add_write_observer, utc_now
+from mcp_tasks.worker.api import create_worker_app
+from mcp_tasks.worker.channel import WorkerChannel
+from mcp_tasks.worker.executions import ChainedLookup, Execution
+
+logger = logging.getLogger("mcp_tasks.operator")
+
+
+class StartupError(Exception):
+    """The operator cannot start in this cluster as configured; the message says what to check."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorWiring:
+    """What one operator process works with (built by `cli/operator.py` from the settings tree).
+
+    Attributes:
+        api_client: an open API client (the caller closes it after `run`).
+        namespace: the one namespace this operator serves.
+        in_cluster: connected with the pod's service account (kopf then logs in with it too).
+        operator: the operator's settings.
+        runner: the runner settings the warm-task runner uses.
+        watch_timeout_s: server-side timeout of each McpTask/McpTool WATCH, in seconds.
+        data_dir: the shared data folder (artifacts), resolved.
+        request_state_key: the HMAC key shared with the gateways (`request-state.key`).
+    """
+
+    api_client: ApiClient
+    namespace: str
+    in_cluster: bool
+    operator: OperatorSettings
+    runner: RunnerSettings
+    watch_timeout_s: int
+    data_dir: Path
+    request_state_key: bytes
+
+
+def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
+    """Kopf's credentials, taken from the kubernetes_asyncio configuration (one login for both clients)."""
+    keys = configuration.api_key or {}
+    authorization = keys.get("BearerToken") or keys.get("authorization") or ""
+    scheme, _, token = authorization.partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        default_namespace=namespace,
+    )
+
+
+async def ensure_peering(api: ApiClient, namespace: str, name: str) -> None:
+    """Create the namespace's `KopfPeering` object if missing (kopf needs it to coordinate replicas).
+
+    Raises:
+        StartupError: the KopfPeering CRD is not installed.
+        client.ApiError: the API server refused the object otherwise (e.g. 403).
+        StoreUnavailable: the API server did not answer.
+    """
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name}}
+    objects = client.Apis(api).objects
+    try:
+        await client.call(objects.create_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", body)
+    except client.NotFound as exc:
+        raise StartupError(
+            "the KopfPeering CRD is not installed: `mcptasks crds | kubectl apply --server-side -f -`"
+        ) from exc
+    except client.Conflict:
+        pass  # it exists: another replica made it
+
+
+async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
+    """Run the operator until `stop` is set (kopf stops), then close everything it opened.
+
+    Raises:
+        StartupError: the McpTask/McpTool CRDs, the KopfPeering CRD or RBAC are missing, or the API
+            server does not answer (the message says what to check).
+    """
+    api, namespace, config = wiring.api_client, wiring.namespace, wiring.operator
+    async with contextlib.AsyncExitStack() as stack:
+        # full_objects=0: the operator reads no results; finished tasks are kept as summaries only
+        store = KubernetesTaskStore(api, namespace, utc_now, wiring.watch_timeout_s, full_objects=0)
+        stack.push_async_callback(store.aclose)
+        catalog = KubernetesToolCatalog(api, namespace, wiring.watch_timeout_s)
+        stack.push_async_callback(catalog.aclose)
+        artifacts = FileArtifactStore(wiring.data_dir / "artifacts", config.artifact_max_bytes)
+        try:
+            await store.open()
+            await catalog.open()
+            await ensure_peering(api, namespace, config.peering)
+        except (client.ApiError, StoreUnavailable) as exc:
+            raise StartupError(
+                f"cannot watch McpTasks/McpTools in namespace {namespace!r}: {exc} "
+                "(does the namespace exist? CRDs installed? RBAC of the operator's account? see docs/kubernetes.md)"
+            ) from exc
+        job_executions = TaskExecutions(PodIdentity(api, namespace, store), store, catalog)
+        recorder = EventRecorder(api, namespace, store)
+        recorder.start()
+        stack.push_async_callback(recorder.aclose)
+        stack.callback(add_write_observer(recorder.observe))
+        reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
+        store.add_change_listener(reconciler.queue.add)
+        channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
+        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s)
+        warm_tasks = WarmTaskRunner(
+            store,
+            catalog,
+            artifacts,
+            utc_now,
+            replace(wiring.runner, inline_result_max_bytes=config.inline_result_max_bytes),
+            config.pod_worker_url,
+            worker_key(wiring.request_state_key),
+            reconciler.job_exists,
+            warm_tools.kill_pod,
+        )
+        executions = ChainedLookup(warm_tasks, job_executions)
+
+        def tool_running(execution: Execution) -> None:
+            if execution.task_id is not None:
+                tool = execution.tool.name if execution.tool is not None else "the tool"
+                note = f"{tool} is running (attempt {execution.attempt})"
+                recorder.emit(TaskEvent(execution.task_id, "ToolRunning", note, action="Run"))
+
+        worker_app = create_worker_app(executions, channel, config.artifact_max_bytes + 64 * 1024, tool_running)
+        web_runner = web.AppRunner(worker_app, access_log=None, shutdown_timeout=5)
+        await web_runner.setup()
+        stack.push_async_callback(web_runner.cleanup)
+        await web.TCPSite(web_runner, config.worker_host, config.worker_port).start()
+        print(
+            f"mcp-tasks operator: namespace {namespace}, worker API on {config.worker_host}:{config.worker_port} "
+            f"(pods use {config.pod_worker_url})",
+            flush=True,
+        )
+        priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities, so replicas never both pause
+
+        async def activate() -> None:
+            await reconciler.relist()
+            print(f"mcp-tasks operator: active in namespace {namespace} (reconciling)", flush=True)
+
+        peer = ActivePeer(api, namespace, config.peering, priority, activate)
+
+        async def sweep() -> None:
+            """Delete expired tasks (while this replica is active) and refresh the task gauges."""
+            if peer.active.is_set():
+                await reconciler.expire(reconciler.clock())
+            metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
+
+        async def resync() -> None:
+            """Queue every unfinished task (and every task with a Job or pod copy), while active: a safety
+            net, never the deadlines. It lists nothing: a decision that a stale copy of a Job or pod could
+            make wrong is confirmed on authoritative reads anyway (`decide.Plan.confirm`), and a full listing
+            of 10,000 Jobs per resync would cost more CPU than everything else an idle operator does.
+            """
+            if peer.active.is_set():
+                reconciler.resync()
+
+        await warm_tasks.start()
+        stack.push_async_callback(warm_tasks.aclose)
+        background = [
+            asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
+            asyncio.create_task(warm_tools.run(peer.active), name="warm-tools"),
+            asyncio.create_task(peer.run(), name="peering"),
+            asyncio.create_task(reconciler.run_workers(peer.active), name="reconcile"),
+            asyncio.create_task(
+                aio.every(config.resync_interval_s, resync, "operator resync", log=logger), name="resync"
+            ),
+            asyncio.create_task(aio.every(config.sweep_interval_s, sweep, "operator sweep", log=logger), name="sweep"),
+        ]
+        stack.push_async_callback(aio.cancel_and_wait, background, log=logger)
+        connection = None if wiring.in_cluster else connection_info(api.configuration, namespace)
+        registry = build_registry(reconciler, warm_tools, connection, config.peering, priority)
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # "Handler ... succeeded" per event
+        await kopf.operator(
+            registry=registry,
+            namespaces=[namespace],
+            clusterwide=False,
+            peering_name=config.peering,
+            stop_flag=stop,
+        )
