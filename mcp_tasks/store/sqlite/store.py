@@ -2,8 +2,10 @@
 
 `create` returns after the INSERT is committed and fsynced, so a task handle never leaves before
 `tasks/get` can read it, even across `kill -9`. Every update is `UPDATE ... WHERE version = ?`
-(compare-and-swap). Several processes may share one file; in-process waiters are woken at once,
-other processes' writes are seen on the next poll. Backend errors become domain errors here.
+(compare-and-swap). Writes go through one lane (`commits.GroupCommit`): writes that arrive together
+share one commit and one fsync, each still answered only once it is committed. Several processes may
+share one file; in-process waiters are woken at once, other processes' writes are seen on the next poll.
+Backend errors become domain errors here.
 
 Every read is one `execute_fetchall` (statement run to completion in one step): interleaved open
 cursors on the shared read connection would keep its WAL snapshot alive and hide fresh commits.
@@ -27,8 +29,9 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
+from mcp_tasks.store.sqlite.commits import GroupCommit, Write
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
-from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
@@ -43,7 +46,16 @@ _COLUMNS: Final = (
     "task_id, tenant, subject, tool, status, created_at_ms, last_updated_at_ms, ttl_ms, expires_at_ms, "
     "lease_holder, lease_expires_at_ms, version, body"
 )
+_UPDATE: Final = (
+    "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, "
+    "ttl_ms=?, expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? "
+    "WHERE task_id=? AND version=?"
+)
 _NON_TERMINAL: Final = "('working', 'input_required')"
+DECODED_MAX: Final = 1024
+"""Most decoded records kept (`SqliteTaskStore._decode`), each with its row; oldest dropped first."""
+DECODED_MAX_BODY_BYTES: Final = 16 * 1024
+"""Largest record body whose decoded record is kept, in bytes (big results are decoded on each read)."""
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
 
 
@@ -165,6 +177,10 @@ class SqliteTaskStore:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._feed = ChangeFeed()
+        self._commits = GroupCommit(lambda: self._w)
+        # task id → (its row as last read or written, that row decoded). A row equal to the kept one in
+        # every column (version, body, ...) decodes to the same record: reuse it (records are immutable).
+        self._decoded: dict[str, tuple[tuple[Any, ...], TaskRecord]] = {}
 
     async def __aenter__(self) -> SqliteTaskStore:
         await self.open()
@@ -190,9 +206,11 @@ class SqliteTaskStore:
         except BaseException:
             await self.aclose()
             raise
+        self._commits.start()
 
     async def aclose(self) -> None:
-        """Close both connections."""
+        """Commit the writes already queued, then close both connections."""
+        await self._commits.aclose()
         for connection in (self._reader, self._writer):
             if connection is not None:
                 await connection.close()
@@ -231,6 +249,25 @@ class SqliteTaskStore:
             raise RuntimeError("SqliteTaskStore is not open; call open() first")
         return self._reader
 
+    def _decode(self, row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
+        """`_decode_row`, reusing the record decoded from an identical row (polls of an unchanged task)."""
+        values = tuple(row)
+        kept = self._decoded.get(values[0])
+        if kept is not None and kept[0] == values:
+            return kept[1]
+        record = _decode_row(values)
+        self._keep(values, record)
+        return record
+
+    def _keep(self, values: tuple[Any, ...], record: TaskRecord) -> None:
+        if len(values[-1]) > DECODED_MAX_BODY_BYTES:
+            self._decoded.pop(values[0], None)
+            return
+        self._decoded.pop(values[0], None)
+        self._decoded[values[0]] = (values, record)
+        if len(self._decoded) > DECODED_MAX:
+            del self._decoded[next(iter(self._decoded))]
+
     def _row_values(self, record: TaskRecord, version: int) -> tuple[Any, ...]:
         body = _encode_body(record)
         if len(body) > self.max_row_bytes:
@@ -257,14 +294,13 @@ class SqliteTaskStore:
     async def create(self, record: TaskRecord) -> TaskRecord:
         """Insert and commit (fsync) a new record; return it at version 1."""
         values = self._row_values(record, 1)
-        with _backend("write"):
-            try:
-                await self._w.execute(f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
-            except sqlite3.IntegrityError as exc:
-                raise VersionConflict(f"task {record.task_id} already exists") from exc
+        insert = f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        await self._commits.write(Write(insert, values, record.task_id, "insert"))
+        created = _replace_version(record, 1)
+        self._keep(values, created)
         self._feed.changed((record.task_id,))
-        self._feed.created()
-        return _replace_version(record, 1)
+        self._feed.created((created,))
+        return created
 
     async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
         """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`.
@@ -285,7 +321,7 @@ class SqliteTaskStore:
             rows = await self._r.execute_fetchall(query, args)
         if not rows:
             raise TaskNotFound(task_id)
-        record = _decode_row(next(iter(rows)))
+        record = self._decode(next(iter(rows)))
         if owner is not None and record.is_expired(self.clock()):
             raise TaskNotFound(task_id)
         return record
@@ -302,21 +338,13 @@ class SqliteTaskStore:
         """
         stored = int(record.version)
         values = self._row_values(record, stored + 1)
-        with _backend("write"):
-            cursor = await self._w.execute(
-                "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, "
-                "ttl_ms=?, expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? "
-                "WHERE task_id=? AND version=?",
-                (*values[1:], record.task_id, stored),
-            )
-            if cursor.rowcount == 0:
-                exists = await self._w.execute_fetchall("SELECT 1 FROM tasks WHERE task_id = ?", (record.task_id,))
-                if not exists:
-                    raise TaskNotFound(record.task_id)
-                metrics.STORE_CONFLICTS.labels("sqlite").inc()
-                raise VersionConflict(f"task {record.task_id} changed since version {record.version}")
+        await self._commits.write(Write(_UPDATE, (*values[1:], record.task_id, stored), record.task_id, "update"))
+        written = _replace_version(record, stored + 1)
+        self._keep(values, written)
         self._feed.changed((record.task_id,))
-        return _replace_version(record, stored + 1)
+        if record.lease is None and not record.status.is_terminal:
+            self._feed.created((written,))  # runnable again (a re-run, a cancel before any claim): wake the claimer
+        return written
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
@@ -326,17 +354,18 @@ class SqliteTaskStore:
                 "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
                 (to_epoch_ms(now), limit),
             )
-        return [_decode_row(row) for row in rows]
+        return [self._decode(row) for row in rows]
 
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete terminal tasks past `created_at + ttl_ms`; return their ids."""
-        with _backend("write"):
-            rows = await self._w.execute_fetchall(
-                f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
-                "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id",
-                (to_epoch_ms(now), limit),
-            )
+        delete = (
+            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE status IN {_TERMINAL} "
+            "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id"
+        )
+        rows = await self._commits.write(Write(delete, (to_epoch_ms(now), limit), "", "delete"))
         deleted = [str(row[0]) for row in rows]
+        for task_id in deleted:
+            self._decoded.pop(task_id, None)
         if deleted:
             self._feed.changed(deleted)
         return deleted
@@ -347,6 +376,16 @@ class SqliteTaskStore:
         The bounded wait is how other processes' writes are noticed.
         """
         await self._feed.wait_for_change(min(timeout_s, self.poll_interval_s), task_id)
+
+    def take_runnable(self) -> list[TaskRecord] | None:
+        """The records this process wrote runnable since the last call (created, or reset for a re-run:
+        unfinished, no lease), as committed, oldest first.
+
+        `None` when some were not kept (`changes.MAX_CREATED`): query `list_runnable` instead. Other
+        processes' writes are never here. For the runner's claim loop (`runner.claims`), which claims them
+        without a query; each claim is still a compare-and-swap on the version handed over.
+        """
+        return self._feed.take_created()
 
     async def wait_for_new_tasks(self, timeout_s: float) -> None:
         """Wait for a task created by this process, or `timeout_s` seconds (other processes' are found by polling)."""

@@ -1,0 +1,200 @@
+"""`GroupCommit`: the SQLite store's one write lane; writes that arrive together share one commit (one fsync).
+
+`SqliteTaskStore` sends every write here: INSERT, compare-and-swap UPDATE, and the expiry DELETE. One
+owned asyncio task drains the queue: a write that finds the lane idle is committed on its own
+(autocommit, as before); writes that queue up while a commit is in flight go into the next transaction
+together (`BEGIN IMMEDIATE`, each statement, `COMMIT`). So 32 clients creating tasks, a claim pass over
+16 tasks and the results of runs that end together cost one fsync per batch instead of one each.
+
+Durability is unchanged: a write's caller is answered only after the `COMMIT` that holds it returned
+(`synchronous=FULL`: fsynced), and a batch that cannot commit is rolled back and every write in it is
+refused (`StoreUnavailable`), so nothing is acknowledged that a crash could lose. Each statement keeps
+its own outcome: a conflicting compare-and-swap (0 rows) or a taken id fails that write alone, never
+its batch-mates.
+
+Called only by `SqliteTaskStore`; never reads for a caller, never decides what to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar, cast
+
+import aiosqlite
+
+from mcp_tasks.observability import metrics
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
+
+logger = logging.getLogger("mcp_tasks.store.sqlite")
+
+MAX_BATCH: Final = 256
+"""Most writes committed in one transaction; more wait for the next (keeps a transaction short)."""
+
+
+@dataclass(slots=True, eq=False)
+class Write:
+    """One statement to commit.
+
+    Attributes:
+        sql: the statement, with `?` placeholders.
+        params: its parameters.
+        task_id: the task it writes (named in errors; empty for `delete`).
+        kind: `insert` (a taken id is a conflict); `update` (`... WHERE version = ?`: 0 rows changed is a
+            conflict, or the task is gone); `delete` (`... RETURNING`: its rows are the answer).
+        done: answered once the write is committed (or refused): the rows a `delete` returned, else `[]`.
+    """
+
+    sql: str
+    params: tuple[Any, ...]
+    task_id: str
+    kind: Literal["insert", "update", "delete"]
+    done: asyncio.Future[list[Any]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class GroupCommit:
+    """The write lane of one SQLite connection (see the module docstring). Use `start()` / `aclose()`.
+
+    Args:
+        connection: the store's write connection (autocommit: `isolation_level=None`); it must not be
+            written through anything else while the lane runs.
+    """
+
+    def __init__(self, connection: Callable[[], aiosqlite.Connection]) -> None:
+        self._connection = connection
+        self._queue: list[Write] = []
+        self._queued = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the lane's task (the owner of every commit)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="sqlite-group-commit")
+
+    async def aclose(self) -> None:
+        """Commit what is queued, then stop; later writes raise `RuntimeError`."""
+        self._closing = True
+        self._queued.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def write(self, write: Write) -> list[Any]:
+        """Queue `write` and return once it is committed (fsynced): the rows a `delete` returned, else `[]`.
+
+        Raises:
+            VersionConflict: an `UPDATE` changed no row although the task exists (it changed meanwhile),
+                or an `INSERT` found the id taken.
+            TaskNotFound: an `UPDATE`'s task is gone.
+            StoreUnavailable: SQLite cannot write (disk full, read-only, I/O error, lock held past
+                `busy_timeout`); nothing of the batch was committed.
+            RuntimeError: the store is closed.
+        """
+        if self._closing or self._task is None:
+            raise RuntimeError("SqliteTaskStore is not open; call open() first")
+        self._queue.append(write)
+        self._queued.set()
+        return await write.done
+
+    async def _run(self) -> None:
+        while True:
+            await self._queued.wait()
+            self._queued.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                try:
+                    await self._commit(batch)
+                except BaseException as exc:  # a bug or a cancel: no caller may wait forever
+                    for write in batch:
+                        if not write.done.done():
+                            write.done.set_exception(StoreUnavailable(f"the task database cannot write: {exc!r}"))
+                    raise
+            if self._closing:
+                return
+
+    async def _commit(self, batch: list[Write]) -> None:
+        """Commit `batch` (one statement alone in autocommit, more in one transaction); answer each write.
+
+        The whole batch runs in one hop to the connection's thread (`_in_thread`): awaiting each statement
+        would cost a round trip through a busy event loop per statement, and the batch's transaction
+        would stay open that long.
+        """
+        connection = self._connection()
+        statements: list[_Statement] = [(write.sql, write.params, write.kind, write.task_id) for write in batch]
+        done = metrics.timed("sqlite", "write")
+        try:
+            outcomes = await _in_thread(connection, lambda raw: _commit_in_thread(raw, statements))
+        except sqlite3.DatabaseError as exc:  # OperationalError (full, read-only, I/O, locked) and kin
+            refused = StoreUnavailable(f"the task database cannot write: {exc}")
+            for write in batch:
+                if not write.done.done():
+                    write.done.set_exception(refused)
+            return
+        finally:
+            done()
+        for write, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, VersionConflict) and write.kind == "update":
+                metrics.STORE_CONFLICTS.labels("sqlite").inc()
+            if write.done.done():  # its caller was cancelled; the write stands, as a single write would
+                continue
+            if isinstance(outcome, BaseException):
+                write.done.set_exception(outcome)
+            else:
+                write.done.set_result(outcome)
+
+
+_Statement = tuple[str, tuple[Any, ...], str, str]
+"""`(sql, params, kind, task_id)` of one `Write`, as the connection's thread sees it (no futures)."""
+_Outcome = BaseException | list[Any]
+T = TypeVar("T")
+
+
+async def _in_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work(raw connection)` in `connection`'s own thread, in its queue order (one round trip).
+
+    aiosqlite has no public call for this; `_execute` is the one its own methods use, and the raw
+    `sqlite3` connection may only be used from that thread.
+    """
+    run = cast(Callable[[Callable[[], T]], Awaitable[T]], connection._execute)  # untyped in aiosqlite
+    return await run(lambda: work(connection._conn))
+
+
+def _commit_in_thread(raw: sqlite3.Connection, statements: list[_Statement]) -> list[_Outcome]:
+    """In the connection's thread: run `statements` and commit them, one transaction when there are several.
+
+    Raises:
+        sqlite3.DatabaseError: the batch cannot be written or committed; it was rolled back.
+    """
+    if len(statements) == 1:
+        return [_apply(raw, statements[0])]
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        outcomes = [_apply(raw, statement) for statement in statements]
+        raw.execute("COMMIT")
+    except BaseException:
+        if raw.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                raw.execute("ROLLBACK")
+        raise
+    return outcomes
+
+
+def _apply(raw: sqlite3.Connection, statement: _Statement) -> _Outcome:
+    """Run one statement; its answer, or its own failure (a conflict, a missing task), returned not raised."""
+    sql, params, kind, task_id = statement
+    if kind == "delete":
+        return raw.execute(sql, params).fetchall()
+    try:
+        cursor = raw.execute(sql, params)
+    except sqlite3.IntegrityError:
+        return VersionConflict(f"task {task_id} already exists")
+    if kind == "insert" or cursor.rowcount > 0:
+        return []
+    if raw.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
+        return TaskNotFound(task_id)
+    return VersionConflict(f"task {task_id} changed since it was read")
