@@ -9,6 +9,13 @@ a task whose tool was removed fails; a task whose previous holder is gone follow
 Which tasks are looked at (`runnable`) and a last check before a claim (`admit`) are passed in: the
 embedded runner claims every task of its store; the operator's warm-task runner only warm tools' tasks
 that no Job runs.
+
+A pass claims in a batch: the fresh tasks of a pass are claimed concurrently, so a store that groups
+concurrent writes into one commit (the SQLite store) takes them with one fsync. With the default
+`runnable`, a pass claims the records the store hands over (`RunnableFeed.take_runnable`: tasks this
+process created or reset for a re-run) instead of querying for them; the query still runs at start, on
+every poll (`claim_poll_s`: other processes' tasks), after tasks may have been left behind (capacity
+was short, a claim lost a race, a pass failed), and when the hand-over is incomplete.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
 
 from mcp_tasks import aio
 from mcp_tasks.observability.logs import task_context
@@ -32,6 +40,17 @@ Runnable = Callable[[int], Awaitable[list[TaskRecord]]]
 """Up to `capacity` tasks to try to claim now, oldest first."""
 Admit = Callable[[TaskRecord], Awaitable[TaskRecord | None]]
 """A last check before a claim: the record to claim (possibly adjusted), or `None` to leave it."""
+
+
+@runtime_checkable
+class RunnableFeed(Protocol):
+    """A task store that hands over the tasks this process made runnable (`SqliteTaskStore.take_runnable`)."""
+
+    def take_runnable(self) -> list[TaskRecord] | None:
+        """The records written runnable since the last call, as committed, oldest first; `None` if some
+        were not kept.
+        """
+        ...
 
 
 class Claimer:
@@ -58,45 +77,91 @@ class Claimer:
         self.adoption = adoption
         self._runnable = runnable or self._all_runnable
         self._admit = admit
+        store = ctx.store
+        self._created = store if runnable is None and isinstance(store, RunnableFeed) else None
+        self._query = True  # the next pass must query: at start, tasks may be waiting from before
 
     async def loop(self) -> None:
         """Claim what is runnable, then wait for new tasks or freed capacity (at most `claim_poll_s`)."""
         ctx = self.ctx
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await self.claim_runnable()
             except asyncio.CancelledError:
                 raise
             except StoreUnavailable as exc:
+                self._query = True
                 logger.warning("claim pass skipped: task store unavailable (%s)", exc)
             except Exception:
+                self._query = True
                 logger.exception("claim pass failed; retrying")
             # New tasks wake us only while there is room to run them; freed capacity always does.
+            waited_from = loop.time()
             if ctx.running_tasks < ctx.settings.max_concurrent_tasks:
                 more = ctx.store.wait_for_new_tasks(ctx.settings.claim_poll_s)
             else:
                 more = asyncio.sleep(ctx.settings.claim_poll_s)
             await aio.first_of(more, ctx.capacity_freed.wait())
             ctx.capacity_freed.clear()
+            if loop.time() - waited_from >= ctx.settings.claim_poll_s:
+                self._query = True  # a poll: other processes' tasks are found by the query
 
     async def _all_runnable(self, capacity: int) -> list[TaskRecord]:
         return list(await self.ctx.store.list_runnable(self.ctx.clock(), capacity))
 
     async def claim_runnable(self) -> None:
-        """One pass: claim up to the free capacity and start supervising each claimed task."""
+        """One pass: claim up to the free capacity and start supervising each claimed task.
+
+        Fresh tasks (never run, not cancelled) are claimed concurrently, one batch; the others one by one,
+        since the restart rules may adopt or stop a process first.
+        """
         ctx = self.ctx
         capacity = ctx.settings.max_concurrent_tasks - ctx.running_tasks
         if capacity <= 0:
             return
-        for record in await self._runnable(capacity):
-            if record.task_id in ctx.supervisors:
-                continue
-            with task_context(record.task_id, record.tool):
-                admitted = record if self._admit is None else await self._admit(record)
-                claimed = None if admitted is None else await self.claim(admitted)
-            if claimed is not None:
-                execution = ctx.task_execution(claimed, f"{claimed.task_id}.{claimed.attempt}")
-                self.supervisor.supervise(claimed, None, execution)
+        records = self._handed_over(capacity)
+        if records is None:
+            records = await self._runnable(capacity)
+            self._query = len(records) >= capacity  # there may be more than there was room for
+        records = [record for record in records if record.task_id not in ctx.supervisors]
+        fresh = [record for record in records if record.lease is None and record.cancel_requested_at is None]
+        claimed = await asyncio.gather(*(self._claim_one(record) for record in fresh))
+        if not all(claimed):
+            self._query = True  # a claim lost a race (or was not admitted): look again
+        for record in records:
+            if record.lease is not None or record.cancel_requested_at is not None:
+                await self._claim_one(record)
+
+    def _handed_over(self, capacity: int) -> list[TaskRecord] | None:
+        """The tasks this process made runnable since the last pass (the latest record of each), when they
+        are all there is to claim; else `None` (query the store).
+        """
+        if self._created is None:
+            return None
+        handed = self._created.take_runnable()
+        latest = {record.task_id: record for record in handed or ()}
+        if self._query or handed is None or len(latest) > capacity:
+            self._query = True
+            return None
+        now = self.ctx.clock()
+        return [
+            record
+            for record in latest.values()
+            if not record.status.is_terminal and (record.lease is None or record.lease.expires_at <= now)
+        ]
+
+    async def _claim_one(self, record: TaskRecord) -> bool:
+        """Admit and claim `record`, then supervise it; False when it was left (not admitted, or taken first)."""
+        ctx = self.ctx
+        with task_context(record.task_id, record.tool):
+            admitted = record if self._admit is None else await self._admit(record)
+            claimed = None if admitted is None else await self.claim(admitted)
+        if claimed is None:
+            return False
+        execution = ctx.task_execution(claimed, f"{claimed.task_id}.{claimed.attempt}")
+        self.supervisor.supervise(claimed, None, execution)
+        return True
 
     async def claim(self, record: TaskRecord) -> TaskRecord | None:
         """Take the lease, applying the restart rules; return the record to run, or None.
