@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import results, transitions
-from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, transact
+from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, notify_written, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
@@ -95,11 +95,27 @@ class WorkerChannel:
         self.promote = promote
 
     async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
+        """Apply `change` to the run's task: read, change, compare-and-swap; a conflict is retried at once.
+
+        The usual conflict here is the executor's own bookkeeping of the same run (the lease, the process
+        it records) landing between the read and the write, not a crowd of writers: so the first retry
+        does not wait; later ones back off as `transact` does.
+        """
         assert execution.task_id is not None  # callers check synchronous runs first
+        task_id = execution.task_id
         try:
-            record, _ = await transact(
-                self.store, execution.task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR
-            )
+            try:
+                current = await self.store.get(task_id)
+                updated = change(current, self.clock())
+                if updated is current:
+                    return current
+                written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
+                notify_written(current, written)
+                return written
+            except VersionConflict:
+                record, _ = await transact(
+                    self.store, task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR
+                )
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
         except TaskNotFound as exc:
