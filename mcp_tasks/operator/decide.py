@@ -23,12 +23,13 @@ What the plan holds, by the state of the task:
 - no Job but it ran (`attempt ≥ 1`): an idempotent tool gets `Rerun` + `CreateJob` (`Fail` `WorkerLost`
   once it started `transitions.MAX_RUNS` runs), any other `Fail` `OutcomeUnknown` (confirmed).
 - waiting for input past `maxInputWaitSeconds`: `Fail` `InputTimeout` + `DeleteJob`.
-- working past `maxRunTimeSeconds` (waits for input do not count): `Fail` `DeadlineExceeded` +
-  `DeleteJob`; otherwise look again when it will be.
+- working past `maxRunTimeSeconds`, counted from the container's start (waits for input do not count):
+  `Fail` `DeadlineExceeded` + `DeleteJob`; otherwise look again when it will be.
 - its Job ended without the tool posting a result: `Complete` (`isError`, the exit code and the
   termination message), or `Fail` `DeadlineExceeded` / `JobFailed`.
-- a pod that cannot start (`ImagePullBackOff`, unschedulable): `Fail` `StartTimeout` + `DeleteJob`
-  after `start_deadline_s`; otherwise look again then.
+- a pod that cannot start (`ImagePullBackOff`, unschedulable), or no container started at all: `Fail`
+  `StartTimeout` + `DeleteJob` `start_deadline_s` after that pod's (or the Job's) creation; otherwise
+  look again then.
 
 A plan that rests on something being *absent* (no Job, no running pod), or that fails a task or waits
 on what a copy of its Job or pods says (start deadline, run time counted from the Job's creation, a pod
@@ -175,8 +176,7 @@ def decide(
     else:
         due.append(renew_at)
 
-    start_deadline, not_started = _start_deadline(pods, settings)
-    started_at = None if job is None else observe.created_at(job)
+    started_at, start_deadline, not_started = _run_start(job, pods, settings)
     limits = tool.execution if tool is not None else None
     run = deadlines.RunFacts(started_at=started_at, start_deadline=start_deadline)
     stop = deadlines.next_stop(record, now, limits, run)
@@ -204,6 +204,28 @@ def decide(
     if isinstance(stop, datetime):
         due.append(stop)
     return Plan(first, _after(due, now))
+
+
+def _run_start(
+    job: JsonObject | None, pods: list[JsonObject], settings: OperatorSettings
+) -> tuple[datetime | None, datetime | None, str]:
+    """When the run's working time began (its first pod's container start; `None` before), when a run
+    that has not started gives up, and the sentence saying why.
+
+    Time before the container runs (scheduling, pulling the image) is not `maxRunTimeSeconds`' to count:
+    `start_deadline_s` bounds it, from the Job's creation, or from a pod's that is known not to start
+    (`ImagePullBackOff`, unschedulable).
+    """
+    if job is None:
+        return None, None, ""
+    started = [moment for moment in (observe.started_at(pod) for pod in pods) if moment is not None]
+    if started:
+        return min(started), *_start_deadline(pods, settings)
+    gives_up_at, message = _start_deadline(pods, settings)
+    if gives_up_at is None:
+        gives_up_at = observe.created_at(job) + timedelta(seconds=settings.start_deadline_s)
+        message = f"The tool's pod did not start within {settings.start_deadline_s:g}s of its Job's creation"
+    return None, gives_up_at, message
 
 
 def _start_deadline(pods: list[JsonObject], settings: OperatorSettings) -> tuple[datetime | None, str]:

@@ -92,6 +92,19 @@ def is_running(pod: JsonObject) -> bool:
     return phase not in ("Succeeded", "Failed")
 
 
+def started_at(pod: JsonObject) -> datetime | None:
+    """When the pod's first container started running (`state.running` or `state.terminated` `startedAt`),
+    or `None` while it has not (pending: scheduling, pulling its image).
+    """
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = status.get("state") or {}
+        for kind in ("running", "terminated"):
+            started = (state.get(kind) or {}).get("startedAt")
+            if started:
+                return datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    return None
+
+
 def created_at(obj: JsonObject) -> datetime:
     """`metadata.creationTimestamp` as an aware datetime."""
     return datetime.fromisoformat(str(obj["metadata"]["creationTimestamp"]).replace("Z", "+00:00"))

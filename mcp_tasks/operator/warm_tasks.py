@@ -107,7 +107,7 @@ class WarmTaskRunner:
         self._kill_pod = kill_pod
         runs_dir = Path(tempfile.mkdtemp(prefix="mcptasks-warm-"))  # warm calls write no stderr file here
         self.ctx = RunContext(
-            store, catalog, artifacts, clock, settings, new_holder(), WorkerTokens(key), runs_dir, adoptable=False
+            store, catalog, artifacts, clock, settings, new_holder(), WorkerTokens(key), runs_dir, adoptable=True
         )
         self.ctx.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes)
         self.pools = WarmPools(self._new_pool, follow_declared=True)

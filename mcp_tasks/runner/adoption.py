@@ -79,7 +79,8 @@ class Adoption:
             VersionConflict: another runner changed the task first.
         """
         ctx = self.ctx
-        if running.worker_port != ctx.port or not identity.is_alive(running.pid, running.identity):
+        on_pod = running.pid == 0 and running.warm_endpoint is not None  # any replica may re-attach
+        if not on_pod and (running.worker_port != ctx.port or not identity.is_alive(running.pid, running.identity)):
             return None
         taken = transitions.adopt(record, ctx.holder, ctx.clock(), ctx.lease, tool.execution.ttl_ms)
         adopted = await ctx.write(record, taken)
@@ -94,8 +95,8 @@ class Adoption:
     async def stop_orphan(self, record: TaskRecord, tool: ToolSpec | None) -> None:
         """Stop a live process of a run that cannot be adopted, before the restart rules decide its task."""
         running = None if record.lease is None else record.lease.process
-        if running is None or not identity.is_alive(running.pid, running.identity):
-            return
+        if running is None or running.pid == 0 or not identity.is_alive(running.pid, running.identity):
+            return  # nothing local to stop (a pod's call is stopped through its worker, or left to end)
         grace = tool.execution.cancel_grace_seconds if tool else self.ctx.settings.shutdown_grace_s
         logger.warning("task %s: stopping pid %s left running by a previous runner", record.task_id, running.pid)
         await stop_group(running.pid, running.identity, grace)

@@ -106,17 +106,16 @@ class Runs:
         """The run a crashed runner left behind, as recorded in its lease: its process, or its warm call.
 
         Raises:
-            ValueError: the lease records no warm port for a warm call's process (not adoptable).
+            ValueError: called before the executor opened its HTTP session.
         """
         log_path = self.log_path(execution.execution_id)
-        if running.warm_port is None:
+        if running.warm_endpoint is None:
             return ToolProcess.adopt(tool, running.pid, running.identity, log_path)
         session = self.pools.session
         if session is None:
             raise ValueError("no HTTP session for warm calls: start() first")
-        return AdoptedWarmCall(
-            session, tool, execution, self.ctx.channel, running.warm_port, running.pid, running.identity
-        )
+        pid = running.pid or None  # 0: a pod, not a local process
+        return AdoptedWarmCall(session, tool, execution, self.ctx.channel, running.warm_endpoint, pid, running.identity)
 
     def log_path(self, execution_id: str) -> Path:
         """Where the run's stderr goes."""

@@ -208,13 +208,19 @@ class Supervisor:
 
     async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
+        if not self.ctx.adoptable:
+            return  # no state folder: this run cannot be adopted
         pid = process.pid
-        known = None if pid is None else identity.of(pid)
-        if pid is None or known is None or not self.ctx.adoptable:
-            return  # no identity (no /proc), no state folder, or a pod's call: this run cannot be adopted
-        warm_port = process.warm_port if isinstance(process, WarmRun) else None
+        endpoint = process.warm_endpoint if isinstance(process, WarmRun) else None
+        known = "" if pid is None else identity.of(pid)
+        if known is None or (pid is None and endpoint is None):
+            return  # no identity (no /proc): this run cannot be adopted
         running = LeaseProcess(
-            pid=pid, identity=known, execution_id=execution.execution_id, worker_port=self.ctx.port, warm_port=warm_port
+            pid=pid or 0,  # 0: a call on a pod, no local process
+            identity=known,
+            execution_id=execution.execution_id,
+            worker_port=self.ctx.port,
+            warm_endpoint=endpoint,
         )
         try:
             await transact(

@@ -42,6 +42,8 @@ REATTACH_WAIT_S: Final = 5.0
 """How long one re-attach request waits for a detached call's outcome, in seconds (the worker caps it)."""
 REATTACH_RETRY_S: Final = 0.5
 """Pause before re-attaching again after the worker could not be reached (while its process lives), in seconds."""
+REMOTE_UNREACHABLE_S: Final = 15.0
+"""How long a pod that holds a detached call may stay unreachable before the call counts as lost, in seconds."""
 
 
 async def conclude(
@@ -108,9 +110,11 @@ class WarmRun:
         return self._worker.process.pid if isinstance(self._worker, WarmWorker) else None
 
     @property
-    def warm_port(self) -> int | None:
-        """The loopback port of the local worker running the call (where a restarted runner re-attaches)."""
-        return self._worker.port if isinstance(self._worker, WarmWorker) else None
+    def warm_endpoint(self) -> str | None:
+        """`host:port` of the worker running the call (where a restarted runner re-attaches), once started."""
+        if self._worker is None:
+            return None
+        return self._worker.base_url.removeprefix("http://")
 
     async def start(self) -> None:
         """Take a worker slot and send the call.
@@ -230,8 +234,9 @@ class AdoptedWarmCall:
         tool: the task's tool.
         execution: the run's worker-API view (same execution id and token as before the crash).
         channel: records the outcome.
-        warm_port: the worker's loopback port.
-        pid, process_identity: the worker process (`identity.of`), to tell it is still alive.
+        warm_endpoint: the worker's `host:port`.
+        pid, process_identity: the local worker process (`identity.of`), to tell it is still alive; `None`
+            and `""` for a pod, which counts as gone once unreachable for `REMOTE_UNREACHABLE_S`.
     """
 
     delivered = True  # it ran: a loss now is a loss mid-call
@@ -242,17 +247,17 @@ class AdoptedWarmCall:
         tool: ToolSpec,
         execution: Execution,
         channel: WorkerChannel,
-        warm_port: int,
-        pid: int,
+        warm_endpoint: str,
+        pid: int | None,
         process_identity: str,
     ) -> None:
         self.session = session
         self.tool = tool
         self.execution = execution
         self.channel = channel
-        self.base_url = f"http://127.0.0.1:{warm_port}"
-        self.warm_port = warm_port
-        self.pid: int | None = pid
+        self.base_url = f"http://{warm_endpoint}"
+        self.warm_endpoint = warm_endpoint
+        self.pid = pid
         self._identity = process_identity
         self.worker_lost = False
         self._follow: asyncio.Task[int | None] | None = None
@@ -261,11 +266,15 @@ class AdoptedWarmCall:
     async def start(self) -> None:
         """Nothing to start: the call runs already."""
 
-    def _alive(self) -> bool:
-        return self.pid is not None and identity.is_alive(self.pid, self._identity)
+    def _alive(self, unreachable_since: float) -> bool:
+        """Whether the worker may still answer: its local process lives, or a pod was reachable lately."""
+        if self.pid is not None:
+            return identity.is_alive(self.pid, self._identity)
+        return asyncio.get_running_loop().time() - unreachable_since < REMOTE_UNREACHABLE_S
 
     async def _reattach(self) -> int | None:
         url = f"{self.base_url}{contract.PATH_CALLS}/{self.execution.execution_id}?waitSeconds={REATTACH_WAIT_S:g}"
+        unreachable_since: float | None = None
         while True:
             try:
                 async with self.session.get(url) as response:
@@ -274,10 +283,13 @@ class AdoptedWarmCall:
                         code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
                         return code
                     if response.status == 202:
+                        unreachable_since = None
                         continue
                     self._tail = f"the warm worker no longer knows the call ({response.status})"
             except (aiohttp.ClientError, OSError, ValueError) as exc:
-                if self._alive():
+                if unreachable_since is None:
+                    unreachable_since = asyncio.get_running_loop().time()
+                if self._alive(unreachable_since):
                     await asyncio.sleep(REATTACH_RETRY_S)
                     continue
                 self._tail = f"the warm worker (pid {self.pid}) is gone: {exc}"
@@ -300,7 +312,7 @@ class AdoptedWarmCall:
             async with asyncio.timeout(grace_s):
                 await self.wait()
                 return
-        if self._alive() and self.pid is not None:
+        if self.pid is not None and identity.is_alive(self.pid, self._identity):
             with contextlib.suppress(ProcessLookupError):
                 identity.signal_group(self.pid, self._identity, signal.SIGKILL)
 

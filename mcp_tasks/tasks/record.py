@@ -47,9 +47,9 @@ class LeaseProcess:
     identity: str
     execution_id: str
     worker_port: int
-    warm_port: int | None = None
-    """A call on a local warm worker (`pid` is the worker's): the worker's port, where a restarted
-    runner re-attaches to the call by `execution_id`; `None` for a process of its own."""
+    warm_endpoint: str | None = None
+    """A call on a warm worker: the worker's `host:port`, where a restarted runner re-attaches to the call
+    by `execution_id` (`pid` is the local worker's, or 0 for a pod); `None` for a process of its own."""
 
 
 @dataclass(frozen=True, slots=True)

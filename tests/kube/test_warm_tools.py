@@ -300,3 +300,32 @@ async def test_a_task_running_as_a_job_stays_the_jobs_when_its_tool_becomes_warm
     assert status["attempt"] == 1 and "lease" not in status, status
     done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
     assert done["result"]["content"][0]["text"].startswith("slept on attempt 1"), done
+
+
+async def test_a_warm_task_in_flight_outlives_its_operator_and_is_adopted(
+    gateways: Gateways,
+    operators: Operators,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """Restart rule (ours, docs/design.md §7), as in the embedded server: a warm call in flight when its
+    operator replica is killed runs on in its pod; the next replica re-attaches to it from `status.lease.call`,
+    so a tool that is not idempotent ends `completed` by its one run."""
+    namespace = warm_namespace
+    apply_warm(control_plane, namespace, "warm-sleeper")
+    first = operators.start()
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")))
+    mcp = client(http_session, gateway)
+    task_id = await mcp.start_task("warm_sleeper", {"seconds": 6})
+    await mcp.wait_task(task_id, lambda task: bool(task.get("statusMessage")), timeout_s=WAIT_S)
+    (pid,) = worker_pids("warm_sleeper")
+    stored = kube_json(control_plane, namespace, "mcptask", task_id)
+    assert stored["status"]["lease"]["call"]["executionId"] == f"{task_id}.1", stored["status"]
+    operators.kill(first)
+    operators.start()
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled", timeout_s=WAIT_S)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == f"slept on attempt 1 in pid {pid}", "the same run, not a second"

@@ -57,11 +57,12 @@ def job(created_s: float = 0, condition: str | None = None, reason: str = "", de
 def pod(
     phase: str = "Running", waiting: str | None = None, exit_code: int | None = None, created_s: float = 0
 ) -> dict[str, Any]:
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"running": {"startedAt": stamp(created_s)}} if phase == "Running" else {}
     if waiting:
         state = {"waiting": {"reason": waiting, "message": "back-off"}}
     if exit_code is not None:
-        state = {"terminated": {"exitCode": exit_code, "message": "Traceback ... ValueError: boom"}}
+        message = "Traceback ... ValueError: boom"
+        state = {"terminated": {"exitCode": exit_code, "message": message, "startedAt": stamp(created_s)}}
     return {
         "metadata": {"name": f"p{created_s}", "creationTimestamp": stamp(created_s)},
         "status": {"phase": phase, "containerStatuses": [{"state": state}]},
@@ -134,6 +135,19 @@ CASES: list[
     ),
     ("Job being deleted by someone", RUNNING, job(deleting=True), [pod()], TOOL, 10, [], None, False),
     ("past maxRunTimeSeconds", RUNNING, job(), [pod()], TOOL, 601, ["Fail", "DeleteJob"], "DeadlineExceeded", True),
+    ("time before the container ran is not run time", RUNNING, job(), [pod(created_s=100)], TOOL, 650, [], None, False),
+    (
+        "no container started within the start deadline",
+        RUNNING,
+        job(),
+        [pod("Pending")],
+        TOOL,
+        301,
+        ["Fail", "DeleteJob"],
+        "StartTimeout",
+        True,
+    ),
+    ("pending within the start deadline", RUNNING, job(), [pod("Pending")], TOOL, 299, [], None, False),
     (
         "input wait does not count against the run time",
         task(attempt=1, status=TaskStatus.INPUT_REQUIRED, input_required_since=at(1), input_wait_ms=0),

@@ -26,6 +26,7 @@ from mcp_tasks.store.kubernetes.resources import (
     TASK_KIND,
     TENANT_LABEL,
     TOOL_LABEL,
+    LeaseCall,
     McpTaskSpec,
     McpTaskStatus,
     TaskLease,
@@ -36,7 +37,7 @@ from mcp_tasks.tasks.errors import WrongWriter
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Writer
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import Lease, TaskRecord, iso_ms, to_epoch_ms
+from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, iso_ms, to_epoch_ms
 
 
 class ImmutableFieldChanged(ValueError):
@@ -161,12 +162,27 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         cancel_requested_by=spec.cancel_requested_by,
         result=status.result,
         error=status.error,
-        lease=None if status.lease is None else Lease(status.lease.holder, _time(status.lease.expires_at)),
+        lease=None if status.lease is None else _lease(status.lease),
         attempt=status.attempt,
         input_wait_ms=waited_ms,
         input_required_since=waiting_since,
         version=version,
     )
+
+
+def _lease(lease: TaskLease) -> Lease:
+    call = lease.call
+    process = None if call is None else LeaseProcess(0, "", call.execution_id, 0, warm_endpoint=call.endpoint)
+    return Lease(lease.holder, _time(lease.expires_at), process)
+
+
+def _task_lease(lease: Lease) -> TaskLease:
+    """`status.lease`; only a warm call on a pod is kept of `lease.process` (nothing local runs here)."""
+    process = lease.process
+    call = None
+    if process is not None and process.warm_endpoint is not None:
+        call = LeaseCall(execution_id=process.execution_id, endpoint=process.warm_endpoint)
+    return TaskLease(holder=lease.holder, expires_at=iso_ms(lease.expires_at), call=call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +207,9 @@ def _comparable(record: TaskRecord) -> TaskRecord:
         cancel_requested_at=None if record.cancel_requested_at is None else ms(record.cancel_requested_at),
         input_required_since=None if record.input_required_since is None else ms(record.input_required_since),
         watched_until=None if record.watched_until is None else ms(record.watched_until),
-        lease=None if record.lease is None else Lease(record.lease.holder, ms(record.lease.expires_at)),
+        lease=None
+        if record.lease is None
+        else dataclasses.replace(record.lease, expires_at=ms(record.lease.expires_at)),
     )
 
 
@@ -254,9 +272,7 @@ def plan_write(obj: JsonObject, record: TaskRecord, writer: Writer) -> WritePlan
         issued_input_keys=list(record.issued_input_keys),
         result=record.result,
         error=record.error,
-        lease=None
-        if record.lease is None
-        else TaskLease(holder=record.lease.holder, expires_at=iso_ms(record.lease.expires_at)),
+        lease=None if record.lease is None else _task_lease(record.lease),
         attempt=record.attempt,
         input_wait_ms=record.input_wait_ms,
         input_required_since=_opt_iso(record.input_required_since),

@@ -88,11 +88,20 @@ class McpTaskSpec(_Resource):
     """A hidden task's watch (renewed by the gateway whose call waits for it); past it the operator cancels."""
 
 
+class LeaseCall(_Resource):
+    """`status.lease.call`: the warm call that runs the leased attempt, so another replica can re-attach to it."""
+
+    execution_id: str = Field(alias="executionId", max_length=128)
+    endpoint: str = Field(max_length=300)
+    """`host:port` of the warm pod running the call."""
+
+
 class TaskLease(_Resource):
-    """`status.lease`: an executor's claim on the task (embedded-style runners only)."""
+    """`status.lease`: an executor's claim on the task (the operator's warm-task runner)."""
 
     holder: str
     expires_at: str = Field(alias="expiresAt")
+    call: LeaseCall | None = None
 
 
 class TaskCondition(_Resource):

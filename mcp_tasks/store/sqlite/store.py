@@ -97,7 +97,7 @@ def _process_json(process: LeaseProcess) -> JsonObject:
         "identity": process.identity,
         "executionId": process.execution_id,
         "workerPort": process.worker_port,
-        **({} if process.warm_port is None else {"warmPort": process.warm_port}),
+        **({} if process.warm_endpoint is None else {"warmEndpoint": process.warm_endpoint}),
     }
 
 
@@ -109,7 +109,7 @@ def _process_of(data: Any) -> LeaseProcess | None:
         identity=str(data["identity"]),
         execution_id=str(data["executionId"]),
         worker_port=int(data["workerPort"]),
-        warm_port=int(data["warmPort"]) if data.get("warmPort") is not None else None,
+        warm_endpoint=str(data["warmEndpoint"]) if data.get("warmEndpoint") is not None else None,
     )
 
 
