@@ -214,8 +214,8 @@ class KubernetesTaskStore:
     def deleted(self, task_id: str) -> bool:
         """Tell whether this store saw McpTask `task_id` deleted (its watch, or its own expiry), lately.
 
-        Task ids are never reused, so such a task is gone for good; the answer needs no request. `False`
-        says nothing (never seen, or seen too long ago: the last `TOMBSTONES` deletions are remembered).
+        Task ids are not reused (random, or derived from a session nonce), and an object created again under a
+        deleted name clears its tombstone; the answer needs no request. `False` says nothing (never seen, or seen too long ago: the last `TOMBSTONES` deletions are remembered).
         """
         return task_id in self._deleted
 
@@ -223,6 +223,8 @@ class KubernetesTaskStore:
         """Cache `obj` (unless the cache holds a newer version) and return its entry, kept whole."""
         name = str(obj["metadata"]["name"])
         version = str(obj["metadata"]["resourceVersion"])
+        if created:  # a new object under a name deleted before is not that deleted task
+            self._deleted.pop(name, None)
         current = self._cache.get(name)
         if current is not None and (current.version == version or not newer_version(version, current.version)):
             if current.obj is None and current.version == version:
