@@ -215,7 +215,8 @@ class KubernetesTaskStore:
         """Tell whether this store saw McpTask `task_id` deleted (its watch, or its own expiry), lately.
 
         Task ids are not reused (random, or derived from a session nonce), and an object created again under a
-        deleted name clears its tombstone; the answer needs no request. `False` says nothing (never seen, or seen too long ago: the last `TOMBSTONES` deletions are remembered).
+        deleted name clears its tombstone; the answer needs no request. `False` says nothing (never seen, or
+        seen too long ago: the last `TOMBSTONES` deletions are remembered).
         """
         return task_id in self._deleted
 
