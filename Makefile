@@ -44,9 +44,11 @@ conformance: install controlplane
 
 test: lint typecheck pytest conformance
 
+# bench.versus_fastmcp installs FastMCP + fastmcp-tasks into ~/.cache/mcp-tasks/bench-fastmcp (its own venv)
 bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.warm
+	$(BIN)/python -m bench.versus_fastmcp
 
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
 bench-kubernetes: install controlplane
