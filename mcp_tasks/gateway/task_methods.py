@@ -8,6 +8,7 @@ the same -32602 with the same message.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -58,36 +59,42 @@ async def get_task(ctx: RequestContext) -> JsonObject:
     return ctx.complete(task)
 
 
-async def update_task(ctx: RequestContext) -> JsonObject:
-    """`tasks/update`: answered keys leave `inputRequests` before the ack; unknown keys are ignored."""
-    params = _params(ctx, UpdateTaskRequestParams)
-    now = ctx.services.clock
+async def _client_write(
+    ctx: RequestContext, task_id: str, change: Callable[[TaskRecord], TaskRecord], confirm_no_change: bool = False
+) -> JsonObject:
+    """Apply the client's `change` to its own task (compare-and-swap as `Writer.CLIENT`) and ack with `{}`.
+
+    Raises:
+        InvalidParams: -32602, the task is not this owner's, expired or unknown (one answer for all three).
+    """
     try:
         await transact(
             ctx.services.store,
-            params.task_id,
-            lambda r: (transitions.answer_input_requests(r, params.input_responses, now()), None),
+            task_id,
+            lambda record: (change(record), None),
             Writer.CLIENT,
             owner=ctx.owner,
-            confirm_no_change=True,  # an answer is never ignored on a cached copy behind another replica
+            confirm_no_change=confirm_no_change,
         )
     except TaskNotFound as exc:
         raise InvalidParams(NOT_FOUND_MESSAGE) from exc
     return ctx.complete({})
+
+
+async def update_task(ctx: RequestContext) -> JsonObject:
+    """`tasks/update`: answered keys leave `inputRequests` before the ack; unknown keys are ignored."""
+    params = _params(ctx, UpdateTaskRequestParams)
+    now = ctx.services.clock
+    return await _client_write(
+        ctx,
+        params.task_id,
+        lambda r: transitions.answer_input_requests(r, params.input_responses, now()),
+        confirm_no_change=True,  # an answer is never ignored on a cached copy behind another replica
+    )
 
 
 async def cancel_task(ctx: RequestContext) -> JsonObject:
     """`tasks/cancel`: record the request and ack at once; a terminal task gets the same ack."""
     params = _params(ctx, TaskRequestParams)
     now = ctx.services.clock
-    try:
-        await transact(
-            ctx.services.store,
-            params.task_id,
-            lambda r: (transitions.request_cancel(r, ctx.owner.subject, now()), None),
-            Writer.CLIENT,
-            owner=ctx.owner,
-        )
-    except TaskNotFound as exc:
-        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
-    return ctx.complete({})
+    return await _client_write(ctx, params.task_id, lambda r: transitions.request_cancel(r, ctx.owner.subject, now()))

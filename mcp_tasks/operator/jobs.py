@@ -17,6 +17,7 @@ import math
 from typing import Any, Final
 
 from mcp_tasks.observability.tracing import ENV_TRACEPARENT
+from mcp_tasks.operator import pods
 from mcp_tasks.operator.labels import owner_reference, run_labels
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
@@ -45,9 +46,6 @@ def build_job(
     Raises:
         ValueError: the tool declares no `container.image` (it can only run embedded).
     """
-    container_spec = tool.manifest.container
-    if not container_spec.image:
-        raise ValueError(f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes")
     task_id = task["metadata"]["name"]
     name = object_name(task_id)
     execution = tool.execution
@@ -55,38 +53,19 @@ def build_job(
         {"name": contract.ENV_WORKER_URL, "value": f"{settings.pod_worker_url.rstrip('/')}/v1/executions/{task_id}"},
         {"name": contract.ENV_WORKER_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
         {"name": contract.ENV_TASK_ID, "value": task_id},
-        *({"name": var.name, "value": var.value} for var in container_spec.env),
+        *pods.declared_env(tool),
         *([{"name": ENV_TRACEPARENT, "value": traceparent}] if traceparent else []),
     ]
-    container: dict[str, Any] = {
-        "name": "tool",
-        "image": container_spec.image,
-        "command": list(container_spec.command),
-        "env": env,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": [
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "worker-token", "mountPath": TOKEN_DIR, "readOnly": True},
-        ],
-    }
-    if container_spec.working_dir:
-        container["workingDir"] = container_spec.working_dir
+    container = pods.tool_container(tool, env, ({"name": "worker-token", "mountPath": TOKEN_DIR, "readOnly": True},))
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": math.ceil(execution.cancel_grace_seconds),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+        "securityContext": pods.pod_security_context(),
         "containers": [container],
         "volumes": [
-            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+            pods.tmp_volume(),
             {
                 "name": "worker-token",
                 "projected": {

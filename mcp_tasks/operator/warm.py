@@ -15,6 +15,7 @@ import hashlib
 import math
 from typing import Any, Final
 
+from mcp_tasks.operator import pods
 from mcp_tasks.operator.labels import COMPONENT_LABEL, MCPTOOL_LABEL, owner_reference, warm_labels
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
@@ -64,37 +65,18 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
     """
     warm = tool.warm
     assert warm is not None
-    container_spec = tool.manifest.container
-    if not container_spec.image:
-        raise ValueError(f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes")
     env = [
-        *({"name": var.name, "value": var.value} for var in container_spec.env),
+        *pods.declared_env(tool),
         {"name": contract.ENV_SERVE_HOST, "value": "0.0.0.0"},
         {"name": contract.ENV_SERVE_PORT, "value": str(warm.port)},
         {"name": contract.ENV_SERVE_CONCURRENCY, "value": str(warm.concurrency)},
         {"name": contract.ENV_SERVE_TOOL, "value": tool.name},
     ]
     probe = {"httpGet": {"path": contract.PATH_HEALTH, "port": "calls"}, "periodSeconds": 2, "timeoutSeconds": 2}
-    container: dict[str, Any] = {
-        "name": "tool",
-        "image": container_spec.image,
-        "command": list(container_spec.command),
-        "env": env,
-        "ports": [{"name": "calls", "containerPort": warm.port, "protocol": "TCP"}],
-        "readinessProbe": probe,
-        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    if container_spec.working_dir:
-        container["workingDir"] = container_spec.working_dir
+    container = pods.tool_container(tool, env)
+    container["ports"] = [{"name": "calls", "containerPort": warm.port, "protocol": "TCP"}]
+    container["readinessProbe"] = probe
+    container["livenessProbe"] = {**probe, "periodSeconds": 10, "failureThreshold": 3}
     if warm.resources:
         container["resources"] = warm.resources
     labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
@@ -112,9 +94,9 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
                 "terminationGracePeriodSeconds": math.ceil(
                     max(execution.sync_timeout_seconds, execution.max_run_time_seconds) + execution.cancel_grace_seconds
                 ),
-                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+                "securityContext": pods.pod_security_context(),
                 "containers": [container],
-                "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+                "volumes": [pods.tmp_volume()],
             },
         },
     }

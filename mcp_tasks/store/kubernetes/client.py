@@ -36,7 +36,7 @@ import collections
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final
 
 import aiohttp
@@ -152,6 +152,25 @@ class Apis:
         self.events = EventsV1Api(api_client)
 
 
+@contextlib.contextmanager
+def _mapped_errors() -> Iterator[None]:
+    """Turn what the client library raises into this edge's errors: an `ApiException` by the one table
+    (`_error`), a timeout or a lost connection into `StoreUnavailable`.
+    """
+    try:
+        yield
+    except ApiException as exc:
+        raise _error(exc.status or 0, str(exc.reason or ""), exc.body) from exc
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise _unavailable(exc) from exc
+
+
+async def _raise_for_status(response: Any, highest_ok: int) -> None:
+    """Raise the mapped error of a raw answer whose status is not in `200..highest_ok`."""
+    if not 200 <= response.status <= highest_ok:
+        raise _error(response.status, str(response.reason or ""), await response.text())
+
+
 async def call(fn: ApiMethod, *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> Any:
     """Make one API request, `fn(*args, **kwargs)`, within `timeout_s` seconds.
 
@@ -168,13 +187,9 @@ async def call(fn: ApiMethod, *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S, 
         NotFound, Conflict, Gone, Invalid, ApiError: an error answer (404, 409, 410, 422, any other 4xx).
         StoreUnavailable: no answer within `timeout_s`, no connection, or a 429/5xx answer.
     """
-    try:
+    with _mapped_errors():
         async with asyncio.timeout(timeout_s):
             return await fn(*args, _request_timeout=timeout_s, **kwargs)
-    except ApiException as exc:
-        raise _error(exc.status or 0, str(exc.reason or ""), exc.body) from exc
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise _unavailable(exc) from exc
 
 
 async def call_json(fn: ApiMethod, *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> JsonObject:
@@ -184,20 +199,15 @@ async def call_json(fn: ApiMethod, *args: Any, timeout_s: float = DEFAULT_TIMEOU
         NotFound, Conflict, Gone, Invalid, ApiError: an error answer (see `call`).
         StoreUnavailable: no answer within `timeout_s`, no connection, or a 429/5xx answer.
     """
-    try:
+    with _mapped_errors():
         async with asyncio.timeout(timeout_s):
             response: Any = await fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
             try:
-                if not 200 <= response.status <= 299:
-                    raise _error(response.status, str(response.reason or ""), await response.text())
+                await _raise_for_status(response, 299)
                 body: JsonObject = await response.json()
                 return body
             finally:
                 response.release()
-    except ApiException as exc:
-        raise _error(exc.status or 0, str(exc.reason or ""), exc.body) from exc
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise _unavailable(exc) from exc
 
 
 class WatchStream:
@@ -273,7 +283,7 @@ async def watch(
         sock_connect=connect_timeout_s,
         sock_read=server_timeout_s + WATCH_READ_GRACE_S,
     )
-    try:
+    with _mapped_errors():
         async with asyncio.timeout(connect_timeout_s):
             response: Any = await fn(
                 *args,
@@ -283,15 +293,11 @@ async def watch(
                 _request_timeout=read,
                 **kwargs,
             )
-            if response.status != 200:
-                try:
-                    raise _error(response.status, str(response.reason or ""), await response.text())
-                finally:
-                    response.release()
-    except ApiException as exc:
-        raise _error(exc.status or 0, str(exc.reason or ""), exc.body) from exc
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise _unavailable(exc) from exc
+            try:
+                await _raise_for_status(response, 200)
+            except BaseException:
+                response.release()
+                raise
     try:
         yield WatchStream(response)
     finally:
