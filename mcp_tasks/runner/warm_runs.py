@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass, field
 from typing import Final
 
 import aiohttp
@@ -71,6 +72,7 @@ async def conclude(
     return (143 if kind == "cancelled" else 1), f"the call ended with {kind!r}"
 
 
+@dataclass(eq=False)
 class WarmRun:
     """One call of `execution` on a pool's worker, with the interface of a `ToolProcess`.
 
@@ -81,32 +83,30 @@ class WarmRun:
     the call after three tries (`delivered` False: it never ran).
     """
 
-    def __init__(
-        self,
-        pool: WarmWorkers,
-        execution: Execution,
-        channel: WorkerChannel,
-        worker_api_url: str,
-        acquire_timeout_s: float | None,
-        detach_s: float = 0.0,
-    ) -> None:
-        self.pool = pool
-        self.tool = pool.tool
-        self.execution = execution
-        self.channel = channel
-        self.worker_api_url = worker_api_url
-        self.acquire_timeout_s = acquire_timeout_s
-        self.detach_s = detach_s
-        self.worker_lost = False
-        self.delivered = True  # False: the call never reached a worker (safe to run again)
-        self.delivering = False  # the call is being sent to, or runs on, a worker
-        self._worker: WorkerSlot | None = None
-        self._call: asyncio.Task[int | None] | None = None
-        self._tail = ""
+    pool: WarmWorkers
+    execution: Execution
+    channel: WorkerChannel
+    worker_api_url: str
+    acquire_timeout_s: float | None
+    detach_s: float = 0.0
+    """> 0: a task's call that outlives a crash of its runner, its outcome kept this long (runtime/serve.py)."""
+    worker_lost: bool = field(default=False, init=False)
+    delivered: bool = field(default=True, init=False)
+    """False: the call never reached a worker (safe to run again)."""
+    delivering: bool = field(default=False, init=False)
+    """The call is being sent to, or runs on, a worker."""
+    _worker: WorkerSlot | None = field(default=None, init=False)
+    _call: asyncio.Task[int | None] | None = field(default=None, init=False)
+    _tail: str = field(default="", init=False)
+
+    @property
+    def tool(self) -> ToolSpec:
+        """The tool as its pool has it."""
+        return self.pool.tool
 
     @property
     def pid(self) -> int | None:
-        """The pid of the local worker running the call (adoptable with `warm_port`); `None` for a pod."""
+        """The pid of the local worker running the call (adoptable with `warm_endpoint`); `None` for a pod."""
         return self._worker.process.pid if isinstance(self._worker, WarmWorker) else None
 
     @property
