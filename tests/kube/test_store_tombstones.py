@@ -9,7 +9,7 @@ from kubernetes_asyncio.client import ApiClient
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.interfaces import utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -17,9 +17,9 @@ from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane
 
 
-def _record(task_id: str) -> TaskRecord:
+def _record(task_id: TaskId) -> TaskRecord:
     tool = next(t for t in load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml"))
-    return transitions.new_task(task_id, Owner("t", "s"), tool, {}, utc_now())  # type: ignore[arg-type]  # a str id
+    return transitions.new_task(task_id, Owner("t", "s"), tool, {}, utc_now())
 
 
 async def test_an_mcptask_created_again_under_a_deleted_name_is_not_taken_for_the_deleted_one(
