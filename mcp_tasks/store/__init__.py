@@ -1,6 +1,7 @@
 """`TaskStore`, `ToolCatalog` and `ArtifactStore` implementations.
 
-`sqlite` is the embedded default; `kubernetes` (McpTask custom resources) follows in its own issue.
+`sqlite` is the embedded default; `kubernetes` keeps each task as an McpTask custom resource (status
+subresource, etcd) behind one API edge (`kubernetes.client`).
 """
 
 from mcp_tasks.store import artifacts, manifests, sqlite

@@ -1,4 +1,5 @@
-"""The worker API on loopback: the HTTP side of the tool runtime contract (`runtime.contract`).
+"""The worker API (on loopback embedded, a cluster Service for the operator): the HTTP side of the tool runtime
+contract (`runtime.contract`).
 
 Routes `/v1/executions/{id}/...`; every call must carry the execution's own bearer token, so a
 tool process can act only on its own execution. Bodies are bounded (`max_body_bytes`). The

@@ -5,7 +5,7 @@ In the chart the example McpTools run in the chart's own image, which holds the 
 
     python -m tests.helm.example_tools --write    # after changing an example manifest
 
-`tests/helm/test_charts.py` fails when the committed template differs from `render()`.
+`tests/kube/test_helm.py` fails when the committed template differs from `render()`.
 """
 
 from __future__ import annotations

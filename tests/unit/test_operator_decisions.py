@@ -1,4 +1,4 @@
-"""The operator's pure parts: the Job and Secret it builds, and how it reads Job and Pod status."""
+"""The operator's pure parts: the Job it builds (no Secret: a projected token), and how it reads Job and Pod status."""
 
 from __future__ import annotations
 
