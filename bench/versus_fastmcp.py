@@ -9,7 +9,9 @@ Both get the same bytes from the same client (this process: one aiohttp `ClientS
 the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declared in `_meta` → a
 `CreateTaskResult` (`resultType: "task"`), then `tasks/get` until `completed`. Measures:
 
-- create p50: sequential `tools/call` → `CreateTaskResult`, 1 client (the tasks then run in the background).
+- create p50: sequential `tools/call` → `CreateTaskResult`, 1 client, back to back (the tasks run in the
+  background meanwhile, on the same core); and the creates of the create → completed phase, each made when
+  no task runs.
 - `tasks/get` throughput: 32 concurrent clients reading completed tasks.
 - create → completed p50: 1 client, `tools/call`, then `tasks/get` back to back until it reads `completed`.
 - completed tasks per second, 32 clients: each creates a task, polls it every 10 ms until `completed`,
@@ -133,12 +135,19 @@ async def create_latencies(session: aiohttp.ClientSession, url: str, count: int)
     return samples
 
 
-async def task_latencies(session: aiohttp.ClientSession, url: str, count: int) -> list[float]:
-    """`count` tasks, each from its `tools/call` to the first back-to-back `tasks/get` reading `completed`, ms."""
+async def task_latencies(
+    session: aiohttp.ClientSession, url: str, count: int, creates: list[float] | None = None
+) -> list[float]:
+    """`count` tasks, each from its `tools/call` to the first back-to-back `tasks/get` reading `completed`, ms.
+
+    `creates`, if given, receives each create's own latency (ms): a create on a server with no task running.
+    """
     samples = []
     for number in range(count):
         started = time.perf_counter()
         task_id = await create(session, url, number)
+        if creates is not None:
+            creates.append((time.perf_counter() - started) * 1000)
         while not _done(await get(session, url, task_id, number), number):
             pass
         samples.append((time.perf_counter() - started) * 1000)
@@ -192,7 +201,7 @@ async def completed_throughput(session: aiohttp.ClientSession, url: str, duratio
 
 # ---------------------------------------------------------------- phases and report
 
-PHASES: Final = ("create_p50", "get_rps", "task_p50", "completed_rps")
+PHASES: Final = ("create_p50", "get_rps", "task_p50", "create_idle_p50", "completed_rps")
 
 
 async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
@@ -208,7 +217,8 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, d
             for name, url in order:
                 found[name]["create_p50"] += await create_latencies(session, url, args.creates)
                 found[name]["get_rps"].append(await get_throughput(session, url, args.seconds))
-                found[name]["task_p50"] += await task_latencies(session, url, args.tasks)
+                idle = found[name]["create_idle_p50"]
+                found[name]["task_p50"] += await task_latencies(session, url, args.tasks, idle)
                 found[name]["completed_rps"].append(await completed_throughput(session, url, args.seconds))
                 print(f"round {number + 1} {name}: done", file=sys.stderr, flush=True)
     return found
@@ -220,6 +230,7 @@ def figures(samples: dict[str, list[float]]) -> dict[str, float]:
         "create_p50": percentile(samples["create_p50"], 0.5),
         "get_rps": statistics.median(samples["get_rps"]),
         "task_p50": percentile(samples["task_p50"], 0.5),
+        "create_idle_p50": percentile(samples["create_idle_p50"], 0.5),
         "completed_rps": statistics.median(samples["completed_rps"]),
     }
 
@@ -245,9 +256,16 @@ def report(found: dict[str, dict[str, list[float]]]) -> tuple[str, bool]:
 
     rows = [
         [
-            "create p50 (1 client)",
+            "create p50 (1 client, back to back; the tasks run meanwhile)",
             *cells("create_p50", lambda n: p50_p99(n, "create_p50")),
             f"{ours['create_p50'] / theirs['create_p50']:.2f}x",
+            "—",
+            "—",
+        ],
+        [
+            "create p50 (1 client, no task running: the creates of the create → completed phase)",
+            *cells("create_idle_p50", lambda n: p50_p99(n, "create_idle_p50")),
+            f"{ours['create_idle_p50'] / theirs['create_idle_p50']:.2f}x",
             "—",
             "—",
         ],

@@ -9,7 +9,8 @@ worker, `concurrency: 4`):
   forwarder's.
 - (w2) embedded only: a task on the warm tool, from `tools/call` (tasks extension) to the first
   `tasks/get` that reads `completed` (polled back to back). Target: p50 ≤ 14 ms, twice the 7.0 ms that
-  FastMCP with fastmcp-tasks reached in process (issue #12's measurement; FastMCP is not rerun here).
+  FastMCP with fastmcp-tasks reached in process (issue #12's measurement; `bench.versus_fastmcp` measures
+  FastMCP side by side, in the same `make bench`).
 - (w3) writes per synchronous call: embedded, tasks in the SQLite file before and after (w1); on
   Kubernetes, the kube-apiserver's `apiserver_request_total` of write verbs on McpTasks, Jobs, pods and
   Secrets before and after. Target: 0.
