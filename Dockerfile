@@ -5,7 +5,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY mcp_tasks ./mcp_tasks
-RUN pip install --no-cache-dir . && rm -rf /root/.cache
+RUN pip install --no-cache-dir '.[s3]' && rm -rf /root/.cache
 COPY examples ./examples
 USER 65532:65532
 ENV PYTHONUNBUFFERED=1

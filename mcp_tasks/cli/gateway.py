@@ -21,12 +21,12 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from mcp_tasks import __version__, observability
+from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
 from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.runner import LocalRunner
-from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.store.kubernetes.client import close_api_client, open_api_client
 from mcp_tasks.tasks.errors import StoreUnavailable
@@ -129,7 +129,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s, full_objects=kube.cache_full_objects
     )
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
-    artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
+    artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None
     warm: WarmCallExecutor | None = None
     executor: ToolExecutor
@@ -165,6 +165,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                     "second time; use --runner none (the default) or another namespace"
                 )
             await runner.start()
+        await artifacts.open()
         if warm is not None:
             await warm.start()
         logger.info("watching McpTasks and McpTools in namespace %s", cluster.namespace)
@@ -175,6 +176,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                 await runner.aclose()
             if warm is not None:
                 await warm.aclose()
+            await artifacts.aclose()
             await catalog.aclose()
             await store.aclose()
             await close_api_client(cluster.api_client)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.gateway import connect
 from mcp_tasks.cli.serve import load_request_state_key, start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
@@ -29,6 +30,7 @@ async def operator(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     data_dir = settings.serve.data_dir.resolve()
+    artifacts = artifact_store(settings, data_dir, settings.operator.artifact_max_bytes)
     wiring = app.OperatorWiring(
         api_client=cluster.api_client,
         namespace=cluster.namespace,
@@ -36,11 +38,12 @@ async def operator(settings: Settings) -> None:
         operator=settings.operator,
         runner=settings.runner,
         watch_timeout_s=settings.kubernetes.watch_timeout_s,
-        data_dir=data_dir,
+        artifacts=artifacts,
         request_state_key=load_request_state_key(data_dir),
     )
     metrics_runner = None
     try:
+        await artifacts.open()
         metrics_runner = await start_metrics(settings, settings.operator.worker_host)
         await app.run(wiring, stop)
     except app.StartupError as exc:
@@ -48,4 +51,5 @@ async def operator(settings: Settings) -> None:
     finally:
         if metrics_runner is not None:
             await metrics_runner.cleanup()
+        await artifacts.aclose()
         await close_api_client(cluster.api_client)

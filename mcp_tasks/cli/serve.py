@@ -1,6 +1,6 @@
 """`mcptasks serve`: the embedded default, wired together. Wiring only.
 
-SQLite store + file tool catalog + file artifact store + local runner, behind the gateway.
+SQLite store + file tool catalog + file (or S3) artifact store + local runner, behind the gateway.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 from aiohttp import web
 
 from mcp_tasks import __version__, gateway, observability
+from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.runner import LocalRunner
-from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.manifests import FileToolCatalog
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.interfaces import utc_now
@@ -67,7 +67,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     )
     store = SqliteTaskStore(data_dir / "tasks.sqlite3")
     catalog = FileToolCatalog(serve.tools_dirs)
-    artifacts = FileArtifactStore(data_dir / "artifacts", settings.runner.artifact_max_bytes)
+    artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     runner = LocalRunner(
         store,
         catalog,
@@ -84,11 +84,13 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()
+        await artifacts.open()
         await runner.start()
         try:
             yield
         finally:
             await runner.aclose()
+            await artifacts.aclose()
             await store.aclose()
 
     return create_app(services, authenticator, lifecycle), runner

@@ -20,6 +20,7 @@ from typing import Final
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
+from mcp_tasks.store.settings import ArtifactSettings
 
 
 class SettingsError(ValueError):
@@ -98,6 +99,7 @@ class Settings:
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     operator: OperatorSettings = field(default_factory=OperatorSettings)
+    artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)
 
 
 # Environment variables are derived from the field names: `MCPTASKS_<FIELD>` (upper case), with these
@@ -237,6 +239,21 @@ def settings_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _validate_artifacts(settings: Settings) -> None:
+    """The `artifacts` group's rules: an http(s) endpoint, both halves of a key pair, a positive deadline."""
+    artifacts = settings.artifacts
+    endpoint = artifacts.s3_endpoint_url
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise SettingsError(f"MCPTASKS_S3_ENDPOINT_URL must be an http(s) URL, got {endpoint!r}")
+    if (artifacts.s3_access_key_id is None) != (artifacts.s3_secret_access_key is None):
+        raise SettingsError(
+            "MCPTASKS_S3_ACCESS_KEY_ID and MCPTASKS_S3_SECRET_ACCESS_KEY go together: set both, or neither "
+            "(the SDK's own credential chain)"
+        )
+    if artifacts.s3_timeout_s <= 0:
+        raise SettingsError(f"MCPTASKS_S3_TIMEOUT_S must be positive, got {artifacts.s3_timeout_s}")
+
+
 def validate(settings: Settings, command: str = "serve") -> Settings:
     """Check cross-field rules for `command` (`serve` or `gateway`) and finish derived values.
 
@@ -251,6 +268,7 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
             f"refusing to bind {serve.host} without authentication: pass --tokens FILE (MCPTASKS_TOKENS) "
             "or bind a loopback address such as 127.0.0.1"
         )
+    _validate_artifacts(settings)
     if serve.tokens_file is not None and not serve.tokens_file.is_file():
         raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {serve.tokens_file} is not a file")
     if command == "serve" and not serve.tools_dirs:

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import random
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import kopf
 from aiohttp import web
@@ -35,10 +34,9 @@ from mcp_tasks.operator.tool_status import write_tool_statuses
 from mcp_tasks.operator.warm_tasks import WarmTaskRunner, worker_key
 from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.runner import RunnerSettings
-from mcp_tasks.store.artifacts import FileArtifactStore
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.tasks.errors import StoreUnavailable
-from mcp_tasks.tasks.interfaces import add_write_observer, utc_now
+from mcp_tasks.tasks.interfaces import ArtifactStore, add_write_observer, utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import ChainedLookup, Execution
@@ -61,7 +59,8 @@ class OperatorWiring:
         operator: the operator's settings.
         runner: the runner settings the warm-task runner uses.
         watch_timeout_s: server-side timeout of each McpTask/McpTool WATCH, in seconds.
-        data_dir: the shared data folder (artifacts), resolved.
+        artifacts: where large results are kept (files on the shared volume, or an S3 bucket); the caller
+            opens it before `run` and closes it after.
         request_state_key: the HMAC key shared with the gateways (`request-state.key`).
     """
 
@@ -71,7 +70,7 @@ class OperatorWiring:
     operator: OperatorSettings
     runner: RunnerSettings
     watch_timeout_s: int
-    data_dir: Path
+    artifacts: ArtifactStore
     request_state_key: bytes
 
 
@@ -126,7 +125,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         stack.push_async_callback(store.aclose)
         catalog = KubernetesToolCatalog(api, namespace, wiring.watch_timeout_s)
         stack.push_async_callback(catalog.aclose)
-        artifacts = FileArtifactStore(wiring.data_dir / "artifacts", config.artifact_max_bytes)
+        artifacts = wiring.artifacts
         try:
             await store.open()
             await catalog.open()

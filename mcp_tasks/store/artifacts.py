@@ -55,6 +55,12 @@ class FileArtifactStore:
         self.root = root
         self.max_bytes = max_bytes
 
+    async def open(self) -> None:
+        """Nothing to open (the folders are made on first write); the S3 store's counterpart connects."""
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
     def _dir(self, task_id: str) -> Path:
         if not _SAFE.match(task_id):
             raise ValueError("invalid task id for an artifact path")
