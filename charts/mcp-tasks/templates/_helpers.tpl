@@ -76,3 +76,49 @@ seccompProfile: {type: RuntimeDefault}
   {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Where artifacts go, as environment variables of the gateway and the operator: an S3 bucket
+(`artifacts.s3.*`; credentials from a Secret, else the SDK's chain), or nothing (files on the claim). */}}
+{{- define "mcp-tasks.artifactsEnv" -}}
+{{- with .Values.artifacts.s3 }}
+{{- if .bucket }}
+- {name: MCPTASKS_S3_BUCKET, value: {{ .bucket | quote }}}
+- {name: MCPTASKS_S3_PREFIX, value: {{ .prefix | quote }}}
+- {name: MCPTASKS_S3_ENDPOINT_URL, value: {{ .endpoint | quote }}}
+- {name: MCPTASKS_S3_REGION, value: {{ .region | quote }}}
+- {name: MCPTASKS_S3_PATH_STYLE, value: {{ .pathStyle | quote }}}
+- {name: MCPTASKS_S3_SSE, value: {{ .sse | quote }}}
+{{- if .existingSecret }}
+- name: MCPTASKS_S3_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .accessKeyIdKey }}}}
+- name: MCPTASKS_S3_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .secretAccessKeyKey }}}}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "mcp-tasks.requestStateSecret" -}}
+{{- printf "%s-request-state" (include "mcp-tasks.fullname" .) -}}
+{{- end -}}
+
+{{/* The data folder: the ReadWriteMany claim; with an S3 bucket an emptyDir, with the shared requestState
+key mounted into it from the chart's Secret (the gateways and the operator must all hold the same key). */}}
+{{- define "mcp-tasks.dataMounts" -}}
+- {name: data, mountPath: /var/lib/mcptasks}
+{{- if .Values.artifacts.s3.bucket }}
+- {name: request-state, mountPath: /var/lib/mcptasks/request-state.key, subPath: request-state.key, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "mcp-tasks.dataVolumes" -}}
+{{- if .Values.artifacts.s3.bucket }}
+- name: data
+  emptyDir: {sizeLimit: 64Mi}
+- name: request-state
+  secret: {secretName: {{ include "mcp-tasks.requestStateSecret" . }}, defaultMode: 0440}
+{{- else }}
+- name: data
+  persistentVolumeClaim: {claimName: {{ include "mcp-tasks.claim" . }}}
+{{- end }}
+{{- end -}}
