@@ -30,10 +30,11 @@ typecheck: install
 	$(BIN)/mypy
 
 # kube-apiserver, kube-controller-manager, kubectl and etcd built from Go modules into ~/.cache/mcp-tasks
-# (10-25 min the first time, a no-op after). Without Go the Kubernetes tests skip, saying why.
+# (10-25 min the first time, a no-op after), and the identity provider the identity tests run against
+# (ory hydra, ~10 min cold; needs a C compiler). Without Go the tests that need them skip, saying why.
 controlplane:
-	@if command -v go >/dev/null; then bash tests/controlplane/build.sh >/dev/null; \
-	else echo "Go not found: the tests that need a real kube-apiserver will be skipped"; fi
+	@if command -v go >/dev/null; then bash tests/controlplane/build.sh >/dev/null && bash tests/identity/build.sh >/dev/null; \
+	else echo "Go not found: the tests that need a real kube-apiserver or identity provider will be skipped"; fi
 
 pytest: install controlplane
 	timeout 1800 $(BIN)/pytest -q

@@ -20,8 +20,9 @@ from aiohttp import web
 from mcp_tasks import __version__, gateway, observability
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.settings import Settings, SettingsError
-from mcp_tasks.gateway import LocalAuthenticator, Services, TokenFileAuthenticator, create_app
+from mcp_tasks.gateway import MCP_PATH, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
+from mcp_tasks.gateway.identity.gate import Gate, TokenReviewer
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.manifests import FileToolCatalog
@@ -96,17 +97,28 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     return create_app(services, authenticator, lifecycle), runner
 
 
-def authenticator_for(settings: Settings) -> Authenticator:
-    """Bearer tokens from `--tokens`, else the single local principal.
+def authenticator_for(settings: Settings, service_accounts: TokenReviewer | None = None) -> Gate:
+    """Every configured mechanism (OIDC issuers, ServiceAccount tokens, `--tokens`), else the local principal.
 
     Raises:
         SettingsError: the token file is malformed.
     """
     serve = settings.serve
     try:
-        return TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else LocalAuthenticator()
+        static: Authenticator | None = (
+            TokenFileAuthenticator(serve.tokens_file) if serve.tokens_file is not None else None
+        )
     except ValueError as exc:
         raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {exc}") from exc
+    return Gate(settings.auth, static, service_accounts, resource_name=settings.gateway.server_name, mcp_path=MCP_PATH)
+
+
+def describe_auth(settings: Settings) -> str:
+    """How the server authenticates, for its start-up banner."""
+    ways = [f"bearer tokens from {settings.serve.tokens_file}"] if settings.serve.tokens_file else []
+    ways += [f"OIDC tokens of {issuer}" for issuer in settings.auth.oidc_issuer]
+    ways += ["Kubernetes ServiceAccount tokens"] if settings.auth.service_account_tokens else []
+    return "; ".join(ways) or "no token file: one local principal, loopback only"
 
 
 async def start_metrics(settings: Settings, host: str) -> web.AppRunner | None:
@@ -129,11 +141,7 @@ async def run_until_signalled(app: web.Application, settings: Settings, where: s
     site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
     await site.start()
     host, port = web_runner.addresses[0][:2]
-    auth = (
-        f"bearer tokens from {settings.serve.tokens_file}"
-        if settings.serve.tokens_file
-        else "no token file: one local principal, loopback only"
-    )
+    auth = describe_auth(settings)
     print(f"mcp-tasks {__version__} serving MCP on http://{host}:{port}/mcp ({auth})", flush=True)
     print(where, flush=True)
     metrics_runner = await start_metrics(settings, settings.serve.host)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Final
 
+from mcp_tasks.gateway.identity.oidc import check_issuer_url
+from mcp_tasks.gateway.identity.settings import AuthSettings
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
@@ -99,6 +101,7 @@ class Settings:
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     operator: OperatorSettings = field(default_factory=OperatorSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
     artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)
 
 
@@ -123,7 +126,8 @@ class SettingField:
     """One settable field of the tree, as `mcptasks settings` lists it.
 
     Attributes:
-        group: the `Settings` attribute holding it (`serve`, `gateway`, `runner`, `kubernetes`, `operator`).
+        group: the `Settings` attribute holding it (`serve`, `gateway`, `runner`, `kubernetes`, `operator`,
+            `auth`).
         name: the field name; its unit is its suffix (`_s` seconds, `_ms` milliseconds, `_bytes` bytes).
         variable: the environment variable that sets it. A limit shared by two groups (for example
             `inline_result_max_bytes` of the runner and of the operator) has one variable for both.
@@ -201,6 +205,8 @@ def _parse(field_: SettingField, text: str) -> object:
         return text or None
     if kind == "tuple[Path, ...]":
         return tuple(Path(part) for part in text.split(os.pathsep) if part)
+    if kind == "tuple[str, ...]":
+        return tuple(part.strip() for part in text.split(",") if part.strip())
     if kind == "frozenset[str]":
         return frozenset(part.strip() for part in text.split(",") if part.strip())
     return text
@@ -254,6 +260,30 @@ def _validate_artifacts(settings: Settings) -> None:
         raise SettingsError(f"MCPTASKS_S3_TIMEOUT_S must be positive, got {artifacts.s3_timeout_s}")
 
 
+def _validate_auth(settings: Settings, command: str) -> None:
+    """The `auth` group's rules: issuer URLs, an audience where `Host` cannot be trusted, the gateway only."""
+    auth = settings.auth
+    for issuer in auth.oidc_issuer:
+        try:
+            check_issuer_url(issuer)
+        except ValueError as exc:
+            raise SettingsError(f"MCPTASKS_OIDC_ISSUER: {exc}") from exc
+    if auth.resource_uri is not None and not auth.resource_uri.startswith(("http://", "https://")):
+        raise SettingsError(f"MCPTASKS_RESOURCE_URI must be an http(s) URL, got {auth.resource_uri!r}")
+    if auth.oidc_issuer and not settings.serve.loopback and auth.oidc_audience is None and auth.resource_uri is None:
+        raise SettingsError(
+            "MCPTASKS_OIDC_ISSUER on a non-loopback address needs MCPTASKS_RESOURCE_URI (this server's canonical "
+            "URI, e.g. https://mcp.example.com/mcp) or MCPTASKS_OIDC_AUDIENCE: tokens are checked for it"
+        )
+    if auth.service_account_tokens and command != "gateway":
+        raise SettingsError("MCPTASKS_SERVICE_ACCOUNT_TOKENS needs a cluster: use it with `mcptasks gateway`")
+    if auth.oidc_leeway_s < 0 or auth.oidc_fetch_timeout_s <= 0 or auth.oidc_jwks_refresh_min_s < 0:
+        raise SettingsError(
+            "MCPTASKS_OIDC_LEEWAY_S and MCPTASKS_OIDC_JWKS_REFRESH_MIN_S must be >= 0, "
+            "MCPTASKS_OIDC_FETCH_TIMEOUT_S positive"
+        )
+
+
 def validate(settings: Settings, command: str = "serve") -> Settings:
     """Check cross-field rules for `command` (`serve` or `gateway`) and finish derived values.
 
@@ -263,11 +293,12 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
     serve = settings.serve
     if not 0 <= serve.port <= 65535:
         raise SettingsError(f"--port / MCPTASKS_PORT must be 0-65535, got {serve.port}")
-    if not serve.loopback and serve.tokens_file is None:
+    if not serve.loopback and serve.tokens_file is None and not settings.auth.configured:
         raise SettingsError(
-            f"refusing to bind {serve.host} without authentication: pass --tokens FILE (MCPTASKS_TOKENS) "
-            "or bind a loopback address such as 127.0.0.1"
+            f"refusing to bind {serve.host} without authentication: pass --tokens FILE (MCPTASKS_TOKENS), "
+            "set MCPTASKS_OIDC_ISSUER or MCPTASKS_SERVICE_ACCOUNT_TOKENS, or bind a loopback address such as 127.0.0.1"
         )
+    _validate_auth(settings, command)
     _validate_artifacts(settings)
     if serve.tokens_file is not None and not serve.tokens_file.is_file():
         raise SettingsError(f"--tokens / MCPTASKS_TOKENS: {serve.tokens_file} is not a file")

@@ -23,6 +23,7 @@ from aiohttp.typedefs import Handler
 from mcp_tasks.gateway import dispatch, legacy, listen, responses, transport
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.context import Services
+from mcp_tasks.gateway.identity import gate as identity_gate
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 
@@ -118,7 +119,7 @@ def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_
 
 def create_app(
     services: Services,
-    authenticator: Authenticator,
+    authenticator: Authenticator | identity_gate.Gate,
     lifecycle: Callable[[web.Application], AsyncIterator[None]] | None = None,
     readiness: Callable[[], bool] | None = None,
 ) -> web.Application:
@@ -126,13 +127,16 @@ def create_app(
 
     Args:
         services: store, catalog, artifacts, executor, clock and settings.
-        authenticator: maps request headers to an `Owner`.
+        authenticator: maps request headers to an `Owner`: an `identity_gate.Gate` (OIDC, ServiceAccount
+            and static tokens), or one `Authenticator` (static tokens, or the local principal).
         lifecycle: optional `cleanup_ctx` generator that opens and closes what `services` depend on.
         readiness: what `GET /readyz` reports (default: always ready once serving).
     """
     app = web.Application(client_max_size=services.settings.max_body_bytes, middlewares=[_metered])
     app[transport.SERVICES_KEY] = services
-    app[transport.AUTHENTICATOR_KEY] = authenticator
+    if not isinstance(authenticator, identity_gate.Gate):
+        app[transport.AUTHENTICATOR_KEY] = authenticator
+    identity_gate.install(app, identity_gate.gate_for(authenticator, services.settings.server_name, MCP_PATH))
     app[listen.SHUTDOWN_KEY] = asyncio.Event()
     app[READINESS_KEY] = readiness or (lambda: True)
     if lifecycle is not None:

@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from mcp_tasks.gateway import dispatch, legacy, listen, progress
-from mcp_tasks.gateway.auth import Authenticator, Unauthenticated
+from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.identity import gate as identity_gate
 from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KEY, json_response
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import constants
@@ -247,13 +248,6 @@ def client_gone(request: web.Request) -> Callable[[], bool]:
     return gone
 
 
-def _unauthorized(reason: str) -> web.Response:
-    response = _error(None, InvalidRequest(f"Unauthorized: {reason}"), 401)
-    response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-tasks"'
-    response.force_close()  # the body was never read: do not reuse the connection
-    return response
-
-
 async def handle_post(request: web.Request) -> web.StreamResponse:
     """Serve one JSON-RPC message POSTed to the MCP endpoint.
 
@@ -264,10 +258,10 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES_KEY]
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
-    try:
-        owner = request.app[AUTHENTICATOR_KEY].authenticate(request.headers)
-    except Unauthenticated as exc:
-        return _unauthorized(str(exc))
+    identified = await identity_gate.authenticate(request)  # OIDC, ServiceAccount or static token
+    if isinstance(identified, web.Response):
+        return identified  # 401 with WWW-Authenticate (or 503: the issuer is down)
+    owner = identified.owner
     settings = services.settings
     try:
         body = await _read_body(request, settings.max_body_bytes, settings.body_read_timeout_s)

@@ -28,6 +28,11 @@ REQUESTS: Final = Counter("mcptasks_requests_total", "MCP requests answered, by 
 REQUEST_SECONDS: Final = Histogram(
     "mcptasks_request_duration_seconds", "Time to answer an MCP request", ["method"], buckets=_FAST
 )
+AUTH_REFUSALS: Final = Counter(
+    "mcptasks_auth_refusals_total",
+    "Requests refused by authentication or authorisation, by reason (gateway.identity.principal.RefusalReason)",
+    ["reason"],
+)
 TASKS_CREATED: Final = Counter("mcptasks_tasks_created_total", "Tasks created (visible or hidden)", ["tool"])
 TRANSITIONS: Final = Counter(
     "mcptasks_task_transitions_total", "Writes that moved a task into a status", ["tool", "status"]

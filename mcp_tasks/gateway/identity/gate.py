@@ -1,0 +1,214 @@
+"""The one place a request's bearer token becomes an `Identity`, or a `401` that says where to get one.
+
+`transport.handle_post` calls `authenticate(request)` on the headers alone, before a byte of the body is
+read. The token's shape selects the one mechanism tried: a JWT whose `iss` is a configured OIDC issuer
+goes to `oidc`, another JWT to the ServiceAccount `TokenReview` when that is on, anything else to the
+static token file; a JWT never falls through to the static table. With no mechanism configured the
+request is the single local principal (a loopback server, `make run`); with any, every request
+authenticates, loopback included.
+
+A refusal is an HTTP answer, not a JSON-RPC 500: `401` with `WWW-Authenticate: Bearer resource_metadata=…`
+(and `error="invalid_token"` when a token was sent), or `503` when the token's issuer cannot be asked.
+Each refusal is counted by its bounded reason. Never logs a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, Protocol
+
+import aiohttp
+import jwt
+from aiohttp import web
+
+from mcp_tasks.gateway.auth import Authenticator, LocalAuthenticator, Unauthenticated
+from mcp_tasks.gateway.identity import metadata
+from mcp_tasks.gateway.identity.oidc import OidcVerifier
+from mcp_tasks.gateway.identity.principal import Identity, Refused
+from mcp_tasks.gateway.identity.settings import AuthSettings
+from mcp_tasks.gateway.responses import json_response
+from mcp_tasks.observability import metrics
+from mcp_tasks.protocol.errors import InvalidRequest
+from mcp_tasks.protocol.jsonrpc import error_response
+from mcp_tasks.tasks.owner import LOCAL_OWNER
+
+logger = logging.getLogger("mcp_tasks.gateway.identity")
+
+IDENTITY_KEY: Final = web.RequestKey("mcp_identity", Identity)
+"""Where `authenticate` leaves the request's identity (for the audit line and per-tool scopes)."""
+
+_JWT_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+"""Three base64url segments (RFC 7515 compact serialisation; the third is empty for `alg: none`)."""
+
+SERVICE_ACCOUNT_AUDIENCE: Final = "mcp-tasks-gateway"
+"""Audience a ServiceAccount token must carry when neither it nor the resource URI is configured."""
+
+RETRY_AFTER_S: Final = 5
+"""`Retry-After` of a `503` answered while a token's issuer cannot be reached, in seconds."""
+
+
+class TokenReviewer(Protocol):
+    """Checks a Kubernetes ServiceAccount token (a `TokenReview`; wired by `cli` for `mcptasks gateway`)."""
+
+    async def review(self, token: str, audience: str) -> Identity:
+        """The principal of `token` if the API server accepts it for `audience`; else raise `Refused`."""
+        ...
+
+
+ScopeSource = Callable[[], Awaitable[Iterable[str]]]
+"""The scopes the tools of the catalog require (listed as `scopes_supported`)."""
+
+
+class Gate:
+    """Every configured authentication mechanism, and the protected resource they guard.
+
+    Args:
+        settings: the `auth` settings group (OIDC issuers, ServiceAccount tokens, resource URI).
+        static: the static token file's authenticator, if a token file is configured.
+        service_accounts: the `TokenReview` client, if ServiceAccount tokens are on.
+        resource_name: `resource_name` of the metadata (the server's name).
+        mcp_path: path of the MCP endpoint (the protected resource).
+        scopes: where the metadata's `scopes_supported` comes from (default: none listed).
+    """
+
+    def __init__(
+        self,
+        settings: AuthSettings,
+        static: Authenticator | None = None,
+        service_accounts: TokenReviewer | None = None,
+        *,
+        resource_name: str = "mcp-tasks",
+        mcp_path: str = "/mcp",
+        scopes: ScopeSource | None = None,
+    ) -> None:
+        self.settings = settings
+        self.static = static
+        self.service_accounts = service_accounts
+        self.resource_name = resource_name
+        self.mcp_path = mcp_path
+        self.scopes = scopes
+        self._session: aiohttp.ClientSession | None = None
+        self.oidc = OidcVerifier(settings, self._http) if settings.oidc_issuer else None
+
+    @property
+    def configured(self) -> bool:
+        """True when any mechanism is on (then every request must authenticate)."""
+        return self.static is not None or self.oidc is not None or self.service_accounts is not None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The client session for issuer documents, opened on first use (inside the running loop)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(raise_for_status=False)
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the client session (app cleanup)."""
+        if self._session is not None:
+            await self._session.close()
+
+    def resource(self, request: web.BaseRequest) -> str:
+        """The canonical URI of the protected resource, as this request reached it unless configured."""
+        return metadata.resource_uri(request, self.settings.resource_uri, self.mcp_path)
+
+    async def identify(self, request: web.BaseRequest) -> Identity:
+        """The principal of `request`, from its `Authorization` header alone.
+
+        Raises:
+            Refused: no, several, or a refused bearer token; or its issuer cannot be asked.
+        """
+        if not self.configured:
+            return Identity(LOCAL_OWNER, "local")
+        values = request.headers.getall("Authorization", [])
+        if not values:
+            raise Refused("missing_token", "send Authorization: Bearer <token>", token_sent=False)
+        if len(set(values)) > 1:  # `transport` answers this first (400); never pick one of them here
+            raise Refused("malformed_token", "send one Authorization header")
+        scheme, _, token = values[0].partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Refused("missing_token", "send Authorization: Bearer <token>", token_sent=False)
+        if (self.oidc is not None or self.service_accounts is not None) and _JWT_SHAPE.fullmatch(token):
+            return await self._jwt(request, token)
+        if self.static is not None:
+            try:
+                owner = self.static.authenticate(request.headers)
+            except Unauthenticated as exc:
+                raise Refused("invalid_token", "unknown bearer token") from exc
+            return Identity(owner, "static")
+        raise Refused("malformed_token", "the bearer token is not a JWT")
+
+    async def _jwt(self, request: web.BaseRequest, token: str) -> Identity:
+        try:
+            header: dict[str, Any] = jwt.get_unverified_header(token)
+            claims: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError as exc:
+            raise Refused("malformed_token", "the bearer token is not a well-formed JWT") from exc
+        issuer = claims.get("iss")
+        if self.oidc is not None and isinstance(issuer, str) and issuer in self.oidc.issuers:
+            audience = self.settings.oidc_audience or self.resource(request)
+            return await self.oidc.verify(token, header, issuer, audience)
+        if self.service_accounts is not None:
+            audience = self.settings.service_account_audience or self.settings.resource_uri or SERVICE_ACCOUNT_AUDIENCE
+            return await self.service_accounts.review(token, audience)
+        raise Refused("unknown_issuer", "the token's issuer is not trusted here")
+
+    def refusal(self, request: web.BaseRequest, refused: Refused) -> web.Response:
+        """The HTTP answer to a refused request: `401` + challenge, or `503` + `Retry-After`."""
+        response = json_response(error_response(None, InvalidRequest(f"Unauthorized: {refused}")), refused.http_status)
+        if refused.http_status == 503:
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        else:
+            error = "invalid_token" if refused.token_sent else None
+            description = str(refused) if refused.token_sent else None
+            response.headers["WWW-Authenticate"] = metadata.challenge(
+                self.resource(request), error=error, description=description
+            )
+        response.force_close()  # the body was never read: do not reuse the connection
+        return response
+
+    async def metadata_document(self, request: web.Request) -> web.Response:
+        """`GET /.well-known/oauth-protected-resource[/mcp]` (RFC 9728 §3)."""
+        scopes = await self.scopes() if self.scopes is not None else ()
+        body = metadata.document(self.resource(request), self.settings.oidc_issuer, scopes, self.resource_name)
+        # public and readable from browser-based clients (the Inspector); it holds nothing secret
+        headers = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=300"}
+        return web.json_response(body, headers=headers)
+
+
+GATE_KEY: Final = web.AppKey("identity_gate", Gate)
+
+
+async def authenticate(request: web.Request) -> Identity | web.Response:
+    """The request's identity (also left in `request[IDENTITY_KEY]`), or the response that refuses it."""
+    gate = request.app[GATE_KEY]
+    try:
+        identity = await gate.identify(request)
+    except Refused as refused:
+        metrics.AUTH_REFUSALS.labels(refused.reason).inc()
+        if refused.reason == "issuer_unavailable":
+            logger.warning("a token could not be checked: its issuer did not answer")
+        return gate.refusal(request, refused)
+    request[IDENTITY_KEY] = identity
+    return identity
+
+
+def install(app: web.Application, gate: Gate) -> None:
+    """Serve the metadata routes and close the gate's client session with the app."""
+    app[GATE_KEY] = gate
+    for path in (metadata.METADATA_PATH, metadata.METADATA_PATH + gate.mcp_path):
+        app.router.add_get(path, gate.metadata_document)
+
+    async def close(app: web.Application) -> None:
+        await gate.aclose()
+
+    app.on_cleanup.append(close)
+
+
+def gate_for(authenticator: Authenticator | Gate, resource_name: str, mcp_path: str) -> Gate:
+    """`authenticator` as a `Gate`: a `LocalAuthenticator` is the unconfigured gate, another the static one."""
+    if isinstance(authenticator, Gate):
+        return authenticator
+    static = None if isinstance(authenticator, LocalAuthenticator) else authenticator
+    return Gate(AuthSettings(), static, resource_name=resource_name, mcp_path=mcp_path)
