@@ -138,6 +138,7 @@ async def ask_caller(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject,
         settings.request_state_ttl_s,
         run=run,
         keys=list(record.input_requests),
+        clock=ctx.services.clock,
     )
     return ctx.complete(
         {

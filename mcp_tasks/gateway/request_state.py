@@ -4,6 +4,7 @@
 where the payload binds the principal, the tool, a digest of the arguments and an expiry, and, for a
 round of a run already under way, the hidden task that holds the run (`run`) and the input keys that
 round asked (so every round's state differs). A state that fails any check is rejected with -32602.
+The expiry is read on the injected wall clock (the gateway's `Services.clock`), so tests drive it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import base64
 import hashlib
 import hmac
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject
 from mcp_tasks.tasks.ids import TaskId
+from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.owner import Owner
 
 
@@ -52,8 +53,9 @@ def issue(
     ttl_s: int,
     run: str | None = None,
     keys: Sequence[str] = (),
+    clock: Clock = utc_now,
 ) -> str:
-    """Mint a `requestState` bound to this principal, tool and arguments, valid for `ttl_s` seconds.
+    """Mint a `requestState` bound to this principal, tool and arguments, valid for `ttl_s` seconds from `clock()`.
 
     `run` and `keys` bind it to the hidden task of a run under way and the keys its round asks.
     """
@@ -62,7 +64,7 @@ def issue(
         "s": owner.subject,
         "tool": tool,
         "args": arguments_digest(arguments),
-        "exp": int(time.time()) + ttl_s,
+        "exp": int(clock().timestamp()) + ttl_s,
     }
     if run is not None:
         claims["run"] = run
@@ -71,8 +73,10 @@ def issue(
     return f"{_b64(payload)}.{_b64(hmac.new(secret, payload, hashlib.sha256).digest())}"
 
 
-def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonObject) -> StateClaims:
-    """Check a returned `requestState` and return what it binds.
+def verify(
+    secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonObject, clock: Clock = utc_now
+) -> StateClaims:
+    """Check a returned `requestState` and return what it binds (expired when `clock()` is past its expiry).
 
     Raises:
         InvalidParams: tampered, expired, or issued for another principal, tool or arguments (-32602).
@@ -96,7 +100,7 @@ def verify(secret: bytes, state: str, owner: Owner, tool: str, arguments: JsonOb
         or claims.get("tool") != tool
         or claims.get("args") != arguments_digest(arguments)
         or not isinstance(claims.get("exp"), int)
-        or claims["exp"] < time.time()
+        or claims["exp"] < clock().timestamp()
     ):
         raise invalid
     run = claims.get("run")

@@ -149,7 +149,8 @@ def _verified_state(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) 
         return None
     if not isinstance(state, str):
         raise InvalidParams("Invalid params: requestState must be the string the server sent")
-    return request_state.verify(ctx.services.settings.request_state_secret, state, ctx.owner, tool.name, arguments)
+    secret = ctx.services.settings.request_state_secret
+    return request_state.verify(secret, state, ctx.owner, tool.name, arguments, clock=ctx.services.clock)
 
 
 def _pre_creation_round(
@@ -196,7 +197,12 @@ def _pre_creation_round(
             "resultType": constants.RESULT_TYPE_INPUT_REQUIRED,
             "inputRequests": requests,
             "requestState": request_state.issue(
-                secret, ctx.owner, tool.name, arguments, ctx.services.settings.request_state_ttl_s
+                secret,
+                ctx.owner,
+                tool.name,
+                arguments,
+                ctx.services.settings.request_state_ttl_s,
+                clock=ctx.services.clock,
             ),
         }
     )

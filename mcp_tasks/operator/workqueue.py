@@ -11,7 +11,10 @@ one reconcile of its current state:
 - `retry(key)` queues it after a per-key exponential back-off (`base_delay_s` doubling up to
   `max_delay_s`), for a reconcile that raised; `forget(key)` resets the back-off after a success.
 
-Keys are plain strings (task ids). The queue lives in one event loop and is not thread-safe.
+Keys are plain strings (task ids). The queue lives in one event loop and is not thread-safe. Delays are
+measured on an injected monotonic clock (`time.monotonic` by default); a `get` already waiting for a due
+time sleeps on the event loop for the interval it computed, so a test that drives a fake clock advances it
+before calling `get`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import collections
 import heapq
 import time
 from typing import Final
+
+from mcp_tasks.tasks.interfaces import Monotonic
 
 BASE_DELAY_S: Final = 0.05
 MAX_DELAY_S: Final = 60.0
@@ -36,9 +41,16 @@ class WorkQueue:
     Args:
         base_delay_s: first back-off of `retry`, in seconds; it doubles per consecutive failure.
         max_delay_s: longest back-off of `retry`, in seconds.
+        monotonic: the clock delays are measured on, in seconds.
     """
 
-    def __init__(self, base_delay_s: float = BASE_DELAY_S, max_delay_s: float = MAX_DELAY_S) -> None:
+    def __init__(
+        self,
+        base_delay_s: float = BASE_DELAY_S,
+        max_delay_s: float = MAX_DELAY_S,
+        monotonic: Monotonic = time.monotonic,
+    ) -> None:
+        self._monotonic = monotonic
         self._ready: collections.deque[str] = collections.deque()
         self._queued: set[str] = set()
         self._processing: set[str] = set()
@@ -78,7 +90,7 @@ class WorkQueue:
         if delay_s <= 0:
             self.add(key)
             return
-        due = time.monotonic() + delay_s
+        due = self._monotonic() + delay_s
         if self._due.get(key, float("inf")) <= due:
             return
         self._due[key] = due
@@ -113,7 +125,7 @@ class WorkQueue:
                 self._processing.add(key)
                 return key
             self._wakeup.clear()
-            timeout = None if not self._delayed else max(0.0, self._delayed[0][0] - time.monotonic())
+            timeout = None if not self._delayed else max(0.0, self._delayed[0][0] - self._monotonic())
             try:
                 async with asyncio.timeout(timeout):
                     await self._wakeup.wait()
@@ -133,7 +145,7 @@ class WorkQueue:
         self._wakeup.set()
 
     def _promote_due(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             due, key = heapq.heappop(self._delayed)
             if self._due.get(key) != due:

@@ -27,10 +27,25 @@ logger = logging.getLogger("mcp_tasks.tasks")
 
 
 class Clock(Protocol):
-    """Source of the current UTC time (injected so tests can control it)."""
+    """Wall time: the current UTC time (injected so tests can control it). Read it as `clock()`.
+
+    Time has two readings, and each is its own callable: `Clock` for what is stored and compared with
+    stored times (deadlines, leases, TTLs, `requestState` expiry), `Monotonic` for intervals within this
+    process (delays, back-offs). Most code needs only one of them, so taking two small callables keeps the
+    dozens of `clock()` call sites as they are and lets a test pass `lambda: NOW`; a fake that drives both
+    (`tests/clock.py`) passes its two methods.
+    """
 
     def __call__(self) -> datetime:
         """Return now, timezone-aware UTC."""
+        ...
+
+
+class Monotonic(Protocol):
+    """Monotonic time in seconds, for intervals within one process (the real one is `time.monotonic`)."""
+
+    def __call__(self) -> float:
+        """Return seconds since an arbitrary fixed point; never goes backwards."""
         ...
 
 
@@ -290,6 +305,7 @@ __all__ = [
     "Clock",
     "InlineCall",
     "InputNeeded",
+    "Monotonic",
     "ProgressSink",
     "TaskStore",
     "ToolCatalog",

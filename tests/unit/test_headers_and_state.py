@@ -8,6 +8,7 @@ from mcp_tasks.gateway import request_state
 from mcp_tasks.protocol.errors import HeaderMismatch, InvalidParams
 from mcp_tasks.protocol.headers import decode_header_value
 from mcp_tasks.tasks.owner import Owner
+from tests.clock import FakeClock
 
 SECRET = b"k" * 32
 ALICE = Owner("acme", "alice")
@@ -36,7 +37,12 @@ def test_request_state_is_bound_to_principal_tool_and_arguments() -> None:
             request_state.verify(SECRET, candidate, owner, tool, arguments)
 
 
-def test_expired_request_state_is_rejected() -> None:
-    state = request_state.issue(SECRET, ALICE, "tool", {}, ttl_s=-1)
+def test_request_state_is_valid_for_its_ttl_then_rejected() -> None:
+    """SEP-2322 §requestState (integrity and expiry are ours to enforce): valid up to `ttl_s` after issue."""
+    clock = FakeClock()
+    state = request_state.issue(SECRET, ALICE, "tool", {}, ttl_s=60, clock=clock)
+    clock.advance(60)
+    request_state.verify(SECRET, state, ALICE, "tool", {}, clock=clock)
+    clock.advance(1)
     with pytest.raises(InvalidParams):
-        request_state.verify(SECRET, state, ALICE, "tool", {})
+        request_state.verify(SECRET, state, ALICE, "tool", {}, clock=clock)

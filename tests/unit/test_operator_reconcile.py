@@ -21,6 +21,7 @@ from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from mcp_tasks.tasks.tools import WarmSpec
+from tests.clock import FakeClock
 from tests.unit.manifests import tool_spec
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -408,20 +409,40 @@ async def test_the_queue_processes_each_key_once_at_a_time_and_misses_no_change(
 
 
 async def test_delayed_adds_keep_the_earliest_time_and_retries_back_off() -> None:
-    queue = WorkQueue(base_delay_s=0.01, max_delay_s=0.04)
+    """Our choice (client-go's shape): the earliest pending time of a key wins; retries double up to a cap."""
+    clock = FakeClock()
+    queue = WorkQueue(base_delay_s=0.01, max_delay_s=0.04, monotonic=clock.monotonic)
     queue.add_after("late", 5)
-    queue.add_after("late", 0.02)
+    queue.add_after("late", 2)
     queue.add_after("late", 10)
     assert queue.delayed == 1
-    got = await asyncio.wait_for(queue.get(), 1)
-    assert got == "late"
+    clock.advance(1.9)
+    queue.add("now")
+    assert await queue.get() == "now", "nothing else is due yet"
+    assert len(queue) == 0 and queue.delayed == 1
+    clock.advance(0.1)
+    assert await asyncio.wait_for(queue.get(), 5) == "late", "due at the earliest time asked"
+    assert queue.delayed == 0, "the later times were dropped"
     queue.done("late")
     assert [queue.retry("k") for _ in range(4)] == [0.01, 0.02, 0.04, 0.04]
     queue.forget("k")
     assert queue.retry("k") == 0.01
+    clock.advance(0.04)
+    assert await asyncio.wait_for(queue.get(), 5) == "k", "its back-offs collapsed into one pending add"
     queue.shut_down()
     with pytest.raises(ShutDown):
         await queue.get()
+
+
+async def test_a_waiting_get_wakes_at_the_due_time_of_a_delayed_add() -> None:
+    """Our choice: a worker idle in `get` takes a delayed key when it falls due, without another add."""
+    clock = FakeClock()
+    queue = WorkQueue(monotonic=clock.monotonic)
+    queue.add_after("k", 0.05)
+    getting = asyncio.create_task(queue.get(), name="getting")
+    await asyncio.wait({getting}, timeout=0)  # it computed its wait on the clock
+    clock.advance(0.05)  # due now; the pending get wakes at the interval it computed (real time, 0.05 s)
+    assert await asyncio.wait_for(getting, 5) == "k"
 
 
 def test_children_keep_only_what_decisions_read_and_never_roll_back() -> None:

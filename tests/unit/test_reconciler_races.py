@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.operator.workqueue import WorkQueue
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
@@ -97,6 +99,45 @@ def job(task_id: str) -> dict[str, Any]:
     }
 
 
+class ObservedQueue(WorkQueue):
+    """A `WorkQueue` that tells how many workers wait in `get`, and which keys were done and at once added again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.getting = 0
+        self.put_back: list[str] = []
+        self._just_done: str | None = None
+        self._changed = asyncio.Event()
+
+    async def get(self) -> str:
+        self._note(1)
+        try:
+            return await super().get()
+        finally:
+            self.getting -= 1
+
+    def done(self, key: str) -> None:
+        self._just_done = key
+        super().done(key)
+
+    def add(self, key: str) -> None:
+        if key == self._just_done:
+            self.put_back.append(key)
+        self._just_done = None
+        super().add(key)
+        self._note(0)
+
+    def _note(self, getting: int) -> None:
+        self.getting += getting
+        self._changed.set()
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not predicate():
+                self._changed.clear()
+                await self._changed.wait()
+
+
 def waiting_task() -> TaskRecord:
     base = transitions.new_task(mint_task_id(), Owner("t", "a"), TOOL, {}, T0)
     request = {"method": "elicitation/create", "params": {}}
@@ -133,14 +174,18 @@ async def test_a_replica_that_lost_the_lead_while_waiting_acts_on_nothing() -> N
     store = LaggingStore(waiting)
     r, deleted_jobs = reconciler(store, T0 + timedelta(seconds=3600))  # long past the input wait
     r.children.replace(waiting.task_id, job(waiting.task_id), [])
+    queue = ObservedQueue()
+    r.queue = queue
     active = asyncio.Event()
     active.set()
-    workers = asyncio.create_task(r.run_workers(active))
-    await asyncio.sleep(0.05)  # every worker now waits inside get()
+    workers = asyncio.create_task(r.run_workers(active), name="workers")
+    await queue.until(lambda: queue.getting == r.settings.reconcile_workers)  # every worker waits inside get()
     active.clear()
-    r.queue.add(waiting.task_id)
-    await asyncio.sleep(0.1)
+    queue.add(waiting.task_id)
+    # each worker in turn takes the key and puts it back, then waits for the lead
+    await queue.until(lambda: queue.getting == 0 and queue.put_back == [waiting.task_id] * r.settings.reconcile_workers)
     workers.cancel()
+    await asyncio.gather(workers, return_exceptions=True)
     assert store.truth.status is TaskStatus.INPUT_REQUIRED and deleted_jobs == []
     assert len(r.queue) == 1, "the key waits for the next leadership"
 
