@@ -1,10 +1,11 @@
 """`GroupCommit`: the SQLite store's one write lane; writes that arrive together share one commit (one fsync).
 
-`SqliteTaskStore` sends every write here: INSERT, compare-and-swap UPDATE, and the expiry DELETE. One
-owned asyncio task drains the queue: a write that finds the lane idle is committed on its own
-(autocommit, as before); writes that queue up while a commit is in flight go into the next transaction
-together (`BEGIN IMMEDIATE`, each statement, `COMMIT`). So 32 clients creating tasks, a claim pass over
-16 tasks and the results of runs that end together cost one fsync per batch instead of one each.
+`SqliteTaskStore` sends every write here: INSERT, compare-and-swap UPDATE, and the expiry DELETE. A
+write that finds the lane idle is committed on its own, by its caller (autocommit, as before); writes
+that queue up while a commit is in flight are drained by the lane's own asyncio task into the next
+transaction together (`BEGIN IMMEDIATE`, each statement, `COMMIT`). So 32 clients creating tasks, a
+claim pass over 16 tasks and the results of runs that end together cost one fsync per batch instead of
+one each.
 
 Durability is unchanged: a write's caller is answered only after the `COMMIT` that holds it returned
 (`synchronous=FULL`: fsynced), and a batch that cannot commit is rolled back and every write in it is
@@ -69,6 +70,7 @@ class GroupCommit:
         self._queue: list[Write] = []
         self._queued = asyncio.Event()
         self._closing = False
+        self._busy = False  # a commit is in flight (the lane's, or an idle lane's caller's own)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -95,27 +97,51 @@ class GroupCommit:
                 `busy_timeout`); nothing of the batch was committed.
             RuntimeError: the store is closed.
         """
-        if self._closing or self._task is None:
+        if self._closing or self._task is None or self._task.done():
             raise RuntimeError("SqliteTaskStore is not open; call open() first")
-        self._queue.append(write)
-        self._queued.set()
+        if self._busy or self._queue:
+            self._queue.append(write)
+            self._queued.set()
+            return await write.done
+        # The lane is idle: commit this write here, without a hop through the lane's task; writes that
+        # arrive meanwhile queue up for the lane's next batch.
+        self._busy = True
+        try:
+            await self._guarded([write])
+        except asyncio.CancelledError:
+            if write.done.done() and not write.done.cancelled():
+                write.done.exception()  # its caller is gone: mark the answer read (no "never retrieved" log)
+            raise
+        finally:
+            self._busy = False
+            if self._queue:
+                self._queued.set()
         return await write.done
 
     async def _run(self) -> None:
         while True:
             await self._queued.wait()
             self._queued.clear()
-            while self._queue:
+            while self._queue and not self._busy:  # busy: a caller commits; it wakes the lane when done
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                self._busy = True
                 try:
-                    await self._commit(batch)
-                except BaseException as exc:  # a bug or a cancel: no caller may wait forever
-                    for write in batch:
-                        if not write.done.done():
-                            write.done.set_exception(StoreUnavailable(f"the task database cannot write: {exc!r}"))
-                    raise
-            if self._closing:
+                    await self._guarded(batch)
+                finally:
+                    self._busy = False
+            if self._closing and not self._queue:
                 return
+
+    async def _guarded(self, batch: list[Write]) -> None:
+        """`_commit`, and whatever else goes wrong, every write of `batch` still gets an answer."""
+        try:
+            await self._commit(batch)
+        except asyncio.CancelledError:
+            _refuse(batch, "the task store is closing")
+            raise
+        except Exception as exc:  # not SQLite's refusal (handled in `_commit`): a bug, a closed connection
+            logger.exception("task database write batch failed")
+            _refuse(batch, f"the task database cannot write: {exc!r}")
 
     async def _commit(self, batch: list[Write]) -> None:
         """Commit `batch` (one statement alone in autocommit, more in one transaction); answer each write.
@@ -130,10 +156,7 @@ class GroupCommit:
         try:
             outcomes = await _in_thread(connection, lambda raw: _commit_in_thread(raw, statements))
         except sqlite3.DatabaseError as exc:  # OperationalError (full, read-only, I/O, locked) and kin
-            refused = StoreUnavailable(f"the task database cannot write: {exc}")
-            for write in batch:
-                if not write.done.done():
-                    write.done.set_exception(refused)
+            _refuse(batch, f"the task database cannot write: {exc}")
             return
         finally:
             done()
@@ -146,6 +169,13 @@ class GroupCommit:
                 write.done.set_exception(outcome)
             else:
                 write.done.set_result(outcome)
+
+
+def _refuse(batch: list[Write], why: str) -> None:
+    """Answer every still-waiting write of `batch` with `StoreUnavailable(why)` (nothing of it was acknowledged)."""
+    for write in batch:
+        if not write.done.done():
+            write.done.set_exception(StoreUnavailable(why))
 
 
 _Statement = tuple[str, tuple[Any, ...], str, str]
