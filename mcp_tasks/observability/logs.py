@@ -17,7 +17,7 @@ from typing import Final
 
 _TASK: Final[ContextVar[tuple[str, str | None] | None]] = ContextVar("mcp_tasks_log_task", default=None)
 
-FIELDS: Final = ("taskId", "tool", "tenant", "method")
+FIELDS: Final = ("taskId", "tool", "tenant", "method", "subject", "issuer", "mechanism", "outcome", "audit")
 """Record attributes the JSON formatter writes when present (`extra=` or a binding)."""
 
 

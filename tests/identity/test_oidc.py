@@ -274,12 +274,12 @@ async def test_an_expired_token_is_refused(tmp_path: Path, hydra: Hydra, http_se
     """`exp` is checked (RFC 7519 §4.1.4), here with no leeway so the wait for expiry stays short."""
     async with oidc_server(tmp_path, hydra.issuer, oidc_leeway_s=0.0) as server:
         client_id = f"svc-{secrets.token_hex(4)}"
-        secret = await hydra.create_client(client_id, audiences=[server.url], access_token_lifespan="1s")
+        secret = await hydra.create_client(client_id, audiences=[server.url], access_token_lifespan="4s")
         token = await hydra.client_credentials(client_id, secret, server.url)
         mcp = McpHttp(http_session, server.url, token=token)
         assert (await mcp.request("tools/list")).status == 200
         before = refusals("expired")
-        # not a synchronisation: the token's own clock has to pass its `exp` (1 s lifespan, same host clock)
+        # not a synchronisation: the token's own clock has to pass its `exp` (4 s lifespan, same host clock)
         await asyncio.sleep(max(0.0, claims_of(token)["exp"] - time.time()) + 0.05)
         reply = await mcp.request("tools/list")
         assert reply.status == 401

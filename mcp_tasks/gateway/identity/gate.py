@@ -24,9 +24,9 @@ import jwt
 from aiohttp import web
 
 from mcp_tasks.gateway.auth import Authenticator, LocalAuthenticator, Unauthenticated
-from mcp_tasks.gateway.identity import metadata
+from mcp_tasks.gateway.identity import audit, metadata
 from mcp_tasks.gateway.identity.oidc import OidcVerifier
-from mcp_tasks.gateway.identity.principal import Identity, Refused
+from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, Identity, Refused
 from mcp_tasks.gateway.identity.settings import AuthSettings
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.observability import metrics
@@ -35,9 +35,6 @@ from mcp_tasks.protocol.jsonrpc import error_response
 from mcp_tasks.tasks.owner import LOCAL_OWNER
 
 logger = logging.getLogger("mcp_tasks.gateway.identity")
-
-IDENTITY_KEY: Final = web.RequestKey("mcp_identity", Identity)
-"""Where `authenticate` leaves the request's identity (for the audit line and per-tool scopes)."""
 
 _JWT_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 """Three base64url segments (RFC 7515 compact serialisation; the third is empty for `alg: none`)."""
@@ -195,8 +192,9 @@ async def authenticate(request: web.Request) -> Identity | web.Response:
 
 
 def install(app: web.Application, gate: Gate) -> None:
-    """Serve the metadata routes and close the gate's client session with the app."""
+    """Serve the metadata routes, write the audit trail, and close the gate's client session with the app."""
     app[GATE_KEY] = gate
+    app.middlewares.append(audit.middleware)
     for path in (metadata.METADATA_PATH, metadata.METADATA_PATH + gate.mcp_path):
         app.router.add_get(path, gate.metadata_document)
 

@@ -1,13 +1,15 @@
 """What authentication yields (`Identity`) and how it refuses (`Refused`, with a bounded reason).
 
 Used by every mechanism (`oidc`, `service_accounts`, the static token file through `gate`), by the audit
-line and by the refusal metric. Nothing here does I/O.
+line and by the refusal metric. Nothing here does I/O (`IDENTITY_KEY` is only where a request keeps it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
+
+from aiohttp import web
 
 from mcp_tasks.tasks.owner import Owner
 
@@ -55,6 +57,10 @@ class Identity:
     def may_use(self, required: frozenset[str]) -> bool:
         """True when this principal holds every scope in `required` (an empty set is open to all)."""
         return not required or self.scopes is None or required <= self.scopes
+
+
+IDENTITY_KEY: Final = web.RequestKey("mcp_identity", Identity)
+"""Where `gate.authenticate` leaves the request's identity (for the audit line and per-tool scopes)."""
 
 
 class Refused(Exception):
