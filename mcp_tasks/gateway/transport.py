@@ -1,7 +1,8 @@
 """Streamable HTTP (stateless, MCP 2026-07-28, and the legacy era) on `POST /mcp`: the only place that speaks HTTP.
 
-Per POST: `Origin`/`Host` check (403) → authentication on headers (401) → body within its size, time
-and content coding (413/408/415/400) → strict UTF-8 JSON (-32700) → a client's response to one of our
+Per POST: `Origin`/`Host` check (403) → `Authorization` sent once (-32020, 400) → authentication on
+headers (401) → body within its size, time and content coding (413/408/415/400) → strict UTF-8 JSON
+(-32700) → a client's response to one of our
 input requests? (`legacy.accept_reply`) → one JSON-RPC message (-32600; array params or lone
 surrogates in params -32602) → legacy era? (`legacy.serve`) → notification? 202 → `_meta`/headers/version
 (-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
@@ -30,6 +31,7 @@ from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KE
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import (
+    HeaderMismatch,
     InternalError,
     InvalidParams,
     InvalidRequest,
@@ -37,7 +39,7 @@ from mcp_tasks.protocol.errors import (
     ProtocolError,
     ServiceUnavailable,
 )
-from mcp_tasks.protocol.headers import validate_envelope
+from mcp_tasks.protocol.headers import refuse_repeated, validate_envelope
 from mcp_tasks.protocol.jsonrpc import (
     RequestId,
     decode_body,
@@ -251,13 +253,20 @@ def client_gone(request: web.Request) -> Callable[[], bool]:
 async def handle_post(request: web.Request) -> web.StreamResponse:
     """Serve one JSON-RPC message POSTed to the MCP endpoint.
 
-    Headers are judged before a byte of the body is read (Origin/Host 403, bearer token 401), so an
-    unauthenticated client cannot hold the server with a slow or large body. Every failure is a JSON
-    response: a JSON-RPC error object with the id when one could be read.
+    Headers are judged before a byte of the body is read (Origin/Host 403, a repeated `Authorization`
+    with different values 400/-32020, bearer token 401), so an unauthenticated client cannot hold the
+    server with a slow or large body. Every failure is a JSON response: a JSON-RPC error object with
+    the id when one could be read.
     """
     services = request.app[SERVICES_KEY]
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
+    try:  # before any credential is judged: a proxy could authenticate another of the values
+        refuse_repeated(request.headers, (constants.HEADER_AUTHORIZATION,))
+    except HeaderMismatch as exc:
+        response = _error(None, exc)
+        response.force_close()  # the body was never read: do not reuse the connection
+        return response
     identified = await identity_gate.authenticate(request)  # OIDC, ServiceAccount or static token
     if isinstance(identified, web.Response):
         return identified  # 401 with WWW-Authenticate (or 503: the issuer is down)

@@ -99,6 +99,24 @@ def conflicting_header(headers: Mapping[str, str], names: Iterable[str] = _ROUTI
     return None
 
 
+def refuse_repeated(headers: Mapping[str, str], names: Iterable[str] = _ROUTING_HEADERS) -> None:
+    """Refuse a request that sends one of `names` more than once with different values.
+
+    A proxy or a later check could read another of the values than the one we judged (the first,
+    with aiohttp), so such a request is refused whole. `MCP-Protocol-Version`, `Mcp-Method` and
+    `Mcp-Name` by default; the gateway also passes `Authorization`, before it authenticates.
+
+    Raises:
+        HeaderMismatch: the first such header, named (-32020, HTTP 400; SEP-2243 header validation).
+    """
+    repeated = conflicting_header(headers, names)
+    if repeated is not None:
+        raise HeaderMismatch(
+            f"{repeated} header is sent more than once with different values; send it once (a proxy could read "
+            "another value than the server)"
+        )
+
+
 def validate_envelope(
     headers: Mapping[str, str], message: Message, *, accept_missing_task_name: bool = False
 ) -> RequestEnvelope:
@@ -109,7 +127,8 @@ def validate_envelope(
 
     Raises:
         InvalidParams: `params._meta` or one of its required keys is missing or mistyped (-32602, HTTP 400).
-        HeaderMismatch: `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` is missing or differs from the body (-32020).
+        HeaderMismatch: `MCP-Protocol-Version`, `Mcp-Method` or `Mcp-Name` is missing, differs from the body,
+            or is sent twice with different values (-32020).
         UnsupportedProtocolVersion: the requested version is not served (-32022, `data = {supported, requested}`).
     """
     meta = message.params.get("_meta")
@@ -127,12 +146,7 @@ def validate_envelope(
     if not isinstance(capabilities, dict):
         raise InvalidParams(f"Invalid params: _meta[{constants.META_CLIENT_CAPABILITIES!r}] is required (an object)")
 
-    repeated = conflicting_header(headers)
-    if repeated is not None:
-        raise HeaderMismatch(
-            f"{repeated} header is sent more than once with different values; send it once (a proxy could read "
-            "another value than the server)"
-        )
+    refuse_repeated(headers)
     header_version = headers.get(constants.HEADER_PROTOCOL_VERSION)
     if header_version is None or header_version.strip() != version:
         raise HeaderMismatch(
