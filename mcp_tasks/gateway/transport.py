@@ -1,8 +1,8 @@
 """Streamable HTTP (stateless, MCP 2026-07-28, and the legacy era) on `POST /mcp`: the only place that speaks HTTP.
 
 Per POST: `Origin`/`Host` check (403) → `Authorization` sent once (-32020, 400) → authentication on
-headers (401) → body within its size, time and content coding (413/408/415/400) → strict UTF-8 JSON
-(-32700) → a client's response to one of our
+headers (401) → body within its size, time and content coding (413/408/415/400; a client that hangs up
+mid-body is logged once at INFO) → strict UTF-8 JSON (-32700) → a client's response to one of our
 input requests? (`legacy.accept_reply`) → one JSON-RPC message (-32600; array params or lone
 surrogates in params -32602) → legacy era? (`legacy.serve`) → notification? 202 → `_meta`/headers/version
 (-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
@@ -277,6 +277,14 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     except BodyRefused as refused:
         response = _error(None, refused.error, refused.status)
         response.force_close()  # do not keep reading a refused body on a kept-alive connection
+        return response
+    except ConnectionError:  # the client hung up mid-body: its business, and no one reads an answer
+        logger.info(
+            "client closed the connection before sending the whole request body (Content-Length %s)",
+            request.content_length,
+        )
+        response = _error(None, InvalidRequest("Request body incomplete: the client closed the connection"), 400)
+        response.force_close()
         return response
     request_id: RequestId | None = None
     stream: progress.ProgressStream | None = None

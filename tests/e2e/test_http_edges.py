@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
+import pytest
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
@@ -109,3 +111,27 @@ async def test_two_authorization_headers_with_different_tokens_are_refused_like_
         assert constants.HEADER_AUTHORIZATION in refused["error"]["message"]
     status, listed = await raw_post(secured.url, [("Authorization", "Bearer alice-token")])
     assert status == 200 and "tools" in listed["result"], listed
+
+
+async def test_a_client_that_hangs_up_mid_body_is_logged_once_below_error(
+    embedded: Embedded, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our choice: a client that closes its connection before the body it announced is its own trouble:
+    one INFO line, no traceback, nothing at ERROR (an unauthenticated client could fill the log).
+    """
+    caplog.set_level(logging.DEBUG)
+    _reader, writer = await asyncio.open_connection(*address(embedded.url))
+    writer.write(post(TOOLS_LIST[:20], length=len(TOOLS_LIST)))
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+    def hang_up_records() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "closed the connection" in r.getMessage()]
+
+    async with asyncio.timeout(5):  # until the server noticed, or logged an error instead
+        while not hang_up_records() and not [r for r in caplog.records if r.levelno >= logging.ERROR]:
+            await asyncio.sleep(0.02)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+    (record,) = hang_up_records()
+    assert record.levelno in (logging.DEBUG, logging.INFO) and record.name.startswith("mcp_tasks"), caplog.text
