@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
-from mcp_tasks.gateway import dispatch, legacy, listen, responses, transport
+from mcp_tasks.gateway import dispatch, legacy, listen, responses, server, transport
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.context import Services
 from mcp_tasks.gateway.identity import gate as identity_gate
@@ -41,24 +39,6 @@ async def _readyz(request: web.Request) -> web.Response:
     if request.app[READINESS_KEY]():
         return web.json_response({"status": "ready"})
     return web.json_response({"status": "not ready: the task and tool caches are not synced"}, status=503)
-
-
-class _MalformedHttpFilter(logging.Filter):
-    """Keep a client's malformed HTTP (bad request line, header, chunk) out of aiohttp's ERROR log.
-
-    aiohttp answers such requests itself (400, before any handler) and logs each one with a traceback
-    that echoes the bytes sent: a cheap way for anyone to fill a disk. They are the client's errors,
-    shown only when `mcp_tasks.gateway` logs at DEBUG.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError):
-            return logging.getLogger("mcp_tasks.gateway").isEnabledFor(logging.DEBUG)
-        return True
-
-
-_MALFORMED_HTTP_FILTER: Final = _MalformedHttpFilter()
 
 
 _METERED_METHODS: Final = frozenset(
@@ -98,22 +78,24 @@ def _request_series(method: str, code: str) -> tuple[Any, Any]:
 def create_runner(app: web.Application, *, shutdown_timeout_s: float, lingering_time_s: float) -> web.AppRunner:
     """The `AppRunner` every gateway is served by (`mcptasks serve`, `mcptasks gateway`, the tests).
 
-    aiohttp's request decompression is off: the transport undoes `Content-Encoding` itself, bounded by
-    the body limit, so a body that lies about its coding gets a JSON error instead of aiohttp's plain
-    text, and a compression bomb stops at the limit. No access log (requests are logged at DEBUG), and
-    malformed HTTP from clients is not logged as a server error (`_MalformedHttpFilter`). A connection
-    that sends no complete request head, or idles between requests, is closed after `idle_timeout_s`.
+    Malformed HTTP (a line over `server.MAX_LINE_BYTES`, more than `server.MAX_HEADERS` headers, bytes
+    after a body longer than its `Content-Length`) gets a short JSON-RPC error that quotes nothing, and
+    the connection is closed (`server.GatewayRunner`). aiohttp's request decompression is off: the
+    transport undoes `Content-Encoding` itself, bounded by the body limit, so a body that lies about its
+    coding gets a JSON error instead of aiohttp's plain text, and a compression bomb stops at the limit.
+    No access log (requests are logged at DEBUG). A connection that sends no complete request head, or
+    idles between requests, is closed after `idle_timeout_s`.
     """
-    server_log = logging.getLogger("aiohttp.server")
-    if _MALFORMED_HTTP_FILTER not in server_log.filters:
-        server_log.addFilter(_MALFORMED_HTTP_FILTER)
-    return web.AppRunner(
+    return server.GatewayRunner(
         app,
         access_log=None,
         shutdown_timeout=shutdown_timeout_s,
         lingering_time=lingering_time_s,
         auto_decompress=False,
         keepalive_timeout=app[transport.SERVICES_KEY].settings.idle_timeout_s,
+        max_line_size=server.MAX_LINE_BYTES,
+        max_field_size=server.MAX_LINE_BYTES,
+        max_headers=server.MAX_HEADERS,
     )
 
 
