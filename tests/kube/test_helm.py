@@ -88,6 +88,43 @@ def test_a_wrong_value_fails_naming_the_key(control_plane: ControlPlane, setting
     assert message in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("setting", "path"),
+    [
+        ("gateway.resources.limits.memory=lots", "/gateway/resources/limits/memory"),
+        ("gateway.resources.requests.cpu=1 core", "/gateway/resources/requests/cpu"),
+        ("operator.resources.limits.memory=-512Mi", "/operator/resources/limits/memory"),
+        ("operator.resources.requests.memory=128MB", "/operator/resources/requests/memory"),
+    ],
+)
+def test_a_wrong_resource_quantity_fails_the_schema_in_a_short_message(
+    control_plane: ControlPlane, setting: str, path: str
+) -> None:
+    """Our choice (issue 21): a quantity the API server would refuse fails `helm template` (and so
+    `helm install` and `helm upgrade`, which validate the same schema) naming the key, in a few lines,
+    instead of a failed release revision and a 10 kB error from the API server."""
+    result = helm_template(control_plane, "--set", "auth.existingSecret=tokens", "--set", setting)
+    assert result.returncode != 0
+    assert f"at '{path}'" in result.stderr and len(result.stderr) < 600, result.stderr
+
+
+def test_every_form_of_resource_quantity_passes_the_schema(control_plane: ControlPlane) -> None:
+    """Our choice: the schema takes what the API server takes: suffixes, decimals, exponents, numbers."""
+    quantities = {
+        "gateway.resources.requests.cpu": "250m",
+        "gateway.resources.requests.memory": "1.5Gi",
+        "gateway.resources.limits.memory": "1e9",
+        "gateway.resources.limits.ephemeral-storage": "2G",
+        "operator.resources.requests.cpu": "2",
+        "operator.resources.limits.memory": ".5Ti",
+    }
+    flags = [arg for key, value in quantities.items() for arg in ("--set-string", f"{key}={value}")]
+    result = helm_template(
+        control_plane, "--set", "auth.existingSecret=tokens", "--set", "operator.resources.limits.cpu=1", *flags
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_token_secret_is_required_and_the_message_says_how(control_plane: ControlPlane) -> None:
     result = helm_template(control_plane)
     assert result.returncode != 0
