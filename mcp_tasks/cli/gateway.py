@@ -24,6 +24,7 @@ from mcp_tasks import __version__, observability
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, run_until_signalled
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
+from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.runner import LocalRunner
@@ -142,7 +143,8 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
     )
-    authenticator = authenticator_for(settings)
+    reviews = TokenReviews(cluster.api_client) if settings.auth.service_account_tokens else None
+    authenticator = authenticator_for(settings, reviews)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         try:
