@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import io
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import aiohttp
 import pytest
@@ -30,6 +32,56 @@ PROTOCOL_VERSION = constants.PROTOCOL_VERSION
 TASKS_CAPS: dict[str, Any] = {"elicitation": {}, "extensions": {constants.TASKS_EXTENSION: {}}}
 PLAIN_CAPS: dict[str, Any] = {}
 WAIT_S = 10.0
+POLL_S = 0.05
+T = TypeVar("T")
+Changed = Callable[[], Awaitable[object]]
+
+
+@overload
+async def until(
+    check: Callable[[], Awaitable[T | None]],
+    *,
+    timeout_s: float = ...,
+    changed: Changed | None = ...,
+    interval_s: float = ...,
+) -> T: ...
+
+
+@overload
+async def until(
+    check: Callable[[], T | None],
+    *,
+    timeout_s: float = ...,
+    changed: Changed | None = ...,
+    interval_s: float = ...,
+) -> T: ...
+
+
+async def until(
+    check: Callable[[], Any],
+    *,
+    timeout_s: float = WAIT_S,
+    changed: Changed | None = None,
+    interval_s: float = POLL_S,
+) -> Any:
+    """The first truthy value of `check()` (sync or async); `TimeoutError` after `timeout_s`.
+
+    Between checks it waits on `changed()` when the condition has an event source (say
+    `lambda: store.wait_for_change(1.0)`: spurious wake-ups are fine, a missed one costs that bound). Without
+    one it polls every `interval_s`: for what nothing tells us about (another process's state, `/proc`, an
+    API server read through kubectl).
+    """
+    async with asyncio.timeout(timeout_s):
+        while True:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return value
+            if changed is not None:
+                await changed()
+            else:
+                await asyncio.sleep(interval_s)  # the suite's one polling wait: used only where no event exists
 
 
 def server_settings(data_dir: Path, **runner: Any) -> Settings:
@@ -40,6 +92,23 @@ def server_settings(data_dir: Path, **runner: Any) -> Settings:
     return validate(
         Settings(serve=ServeSettings(tools_dirs=TOOL_DIRS, data_dir=data_dir, port=0), runner=runner_settings)
     )
+
+
+async def exited(pid: int, timeout_s: float = WAIT_S) -> None:
+    """Return once process `pid` has exited (its pidfd turns readable: no polling), at once if it is gone."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+    loop.add_reader(fd, lambda: None if gone.done() else gone.set_result(None))
+    try:
+        async with asyncio.timeout(timeout_s):
+            await gone
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 @dataclass
@@ -64,10 +133,13 @@ class Reply:
 class McpHttp:
     """A raw MCP 2026-07-28 client: builds the envelope and headers, lets a test override any of them."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, token: str | None = None) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, url: str, token: str | None = None, changed: Changed | None = None
+    ) -> None:
         self.session = session
         self.url = url
         self.token = token
+        self.changed = changed  # what `wait_task` waits on between reads (the server's change feed), else it polls
         self._next_id = 0
 
     def envelope(self, caps: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +165,22 @@ class McpHttp:
         request_id: int | str | None = None,
         with_meta: bool = True,
     ) -> Reply:
+        body, sent = self.prepare(
+            method, params, caps=caps, headers=headers, request_id=request_id, with_meta=with_meta
+        )
+        return await self.post(body, sent)
+
+    def prepare(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        caps: dict[str, Any] | None = None,
+        headers: dict[str, str | None] | None = None,
+        request_id: int | str | None = None,
+        with_meta: bool = True,
+    ) -> tuple[str, dict[str, str]]:
+        """The body and headers of a request (for a test that reads the response as it streams)."""
         self._next_id += 1
         params = dict(params or {})
         if with_meta:
@@ -112,7 +200,7 @@ class McpHttp:
         if self.token:
             sent["Authorization"] = f"Bearer {self.token}"
         sent.update(headers or {})
-        return await self.post(json.dumps(body), {k: v for k, v in sent.items() if v is not None})
+        return json.dumps(body), {k: v for k, v in sent.items() if v is not None}
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> Reply:
         params: dict[str, Any] = {"name": name}
@@ -138,15 +226,15 @@ class McpHttp:
         return await self.request(constants.METHOD_TASKS_CANCEL, {"taskId": task_id}, **kwargs)
 
     async def wait_task(
-        self, task_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = WAIT_S
+        self, task_id: str, holds: Callable[[dict[str, Any]], bool], timeout_s: float = WAIT_S
     ) -> dict[str, Any]:
-        """Poll `tasks/get` (every 50 ms, bounded) until `until(task)` holds; return that snapshot."""
-        async with asyncio.timeout(timeout_s):
-            while True:
-                task = (await self.get(task_id)).result
-                if until(task):
-                    return task
-                await asyncio.sleep(0.05)
+        """Read `tasks/get` until `holds(task)`, waking on the server's change feed if known; return that snapshot."""
+
+        async def reached() -> dict[str, Any] | None:
+            task = (await self.get(task_id)).result
+            return task if holds(task) else None
+
+        return await until(reached, timeout_s=timeout_s, changed=self.changed)
 
     async def wait_status(self, task_id: str, *statuses: str, timeout_s: float = WAIT_S) -> dict[str, Any]:
         return await self.wait_task(task_id, lambda t: t["status"] in statuses, timeout_s)
@@ -169,6 +257,10 @@ class Embedded:
         store = self.services.store
         assert isinstance(store, SqliteTaskStore)
         return store
+
+    async def changed(self) -> None:
+        """Return when a task may have changed (the store's change feed), or after a second."""
+        await self.store.wait_for_change(1.0)
 
 
 async def start_embedded(settings: Settings) -> tuple[Embedded, web.AppRunner]:
@@ -240,7 +332,7 @@ async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.fixture
 async def mcp(embedded: Embedded, http_session: aiohttp.ClientSession) -> McpHttp:
-    return McpHttp(http_session, embedded.url)
+    return McpHttp(http_session, embedded.url, changed=embedded.changed)
 
 
 Factory = Callable[..., Awaitable[Any]]

@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-async def scrape(session: aiohttp.ClientSession, url: str, attempts: int = 100) -> Samples:
+async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> Samples:
     """Every sample at `url`, keyed by (sample name, labels); retried while the endpoint is not up yet."""
-    for attempt in range(attempts):
+
+    async def read() -> str | None:
         try:
             async with session.get(url) as response:
                 assert response.status == 200, response.status
                 assert response.content_type == "text/plain", response.content_type
-                text = await response.text()
-            break
+                return await response.text()
         except aiohttp.ClientConnectionError:
-            if attempt == attempts - 1:
-                raise
-            await asyncio.sleep(0.1)
+            return None
+
+    text = await until(read, timeout_s=timeout_s, interval_s=0.1)
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +39,19 @@ REPO = Path(__file__).resolve().parent.parent.parent
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 CRDS = REPO / "charts" / "mcp-tasks-crds" / "templates"
 START_TIMEOUT_S = 90.0
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, failed: Callable[[], str], interval_s: float = 0.2) -> None:
+    """Block until `check()` holds; `RuntimeError(failed())` once `timeout_s` has passed.
+
+    `check` may raise to give up at once (a process exited). For the synchronous start-up of processes that
+    tell nobody when they are ready (components of the control plane, an operator): this polls.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(failed())
+        time.sleep(interval_s)  # the one synchronous polling wait of the tests: start-ups no event tells of
 
 
 def _failed(result: subprocess.CompletedProcess[str]) -> subprocess.CalledProcessError:
@@ -217,19 +231,22 @@ class ControlPlane:
     def _wait(
         self, name: str, url: str, context: ssl.SSLContext | None = None, headers: dict[str, str] | None = None
     ) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
+
+        def ready() -> bool:
             process = self.processes[name]
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
             with contextlib.suppress(OSError, urllib.error.URLError):
                 request = urllib.request.Request(url, headers=headers or {})
                 with urllib.request.urlopen(request, timeout=2, context=context) as response:
-                    if response.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not ready at {url} after {START_TIMEOUT_S} s:\n{self.log_tail(name)}")
-            time.sleep(0.2)
+                    return bool(response.status == 200)
+            return False
+
+        wait_until(
+            ready,
+            START_TIMEOUT_S,
+            lambda: f"{name} not ready at {url} after {START_TIMEOUT_S} s:\n{self.log_tail(name)}",
+        )
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()

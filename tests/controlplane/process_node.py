@@ -107,6 +107,14 @@ def _conditions(ready: bool, now: str) -> list[dict[str, Any]]:
     ]
 
 
+async def kubelet_wait(seconds: float) -> None:
+    """Wait as a kubelet does, on its own periods: a probe's initial delay and period, the image-pull and
+    crash-loop back-offs, the retry of a failed pod watch. These are the simulated node's behaviour (what the
+    tests observe), not a test waiting for something, so they stay; all of them go through here.
+    """
+    await asyncio.sleep(seconds)
+
+
 class AddressPool:
     """Loopback addresses handed out one per holder and given back when the holder goes."""
 
@@ -324,7 +332,7 @@ class ProcessNode:
             except Exception:
                 logger.exception("pod watch failed; listing again")
                 resource_version = ""
-                await asyncio.sleep(0.5)
+                await kubelet_wait(0.5)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -379,7 +387,7 @@ class ProcessNode:
                 await self._report_waiting(
                     running, "ErrImagePull", f'failed to pull image "{running.image}": not found'
                 )
-                await asyncio.sleep(1.0)
+                await kubelet_wait(1.0)
                 await self._report_waiting(running, "ImagePullBackOff", f'Back-off pulling image "{running.image}"')
                 return
             running.ip = self.pod_addresses.take()
@@ -438,7 +446,7 @@ class ProcessNode:
                 running.restarts += 1
                 logger.info("pod %s/%s exited with %s; restarting in %.0f s", *key, code, delay)
                 await self._report_waiting(running, "CrashLoopBackOff", f"exited with {code}; back-off {delay:.0f}s")
-                await asyncio.sleep(delay)
+                await kubelet_wait(delay)
                 delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
                 if running.stopping:
                     break
@@ -479,7 +487,7 @@ class ProcessNode:
         url = f"http://{running.ip}:{port}{get.get('path', '/')}"
         period = float(probe.get("periodSeconds", 10))
         failures_allowed = int(probe.get("failureThreshold", 3))
-        await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
+        await kubelet_wait(float(probe.get("initialDelaySeconds", 0)))
         failures = 0
         if self.http is None:
             self.http = aiohttp.ClientSession()
@@ -500,7 +508,7 @@ class ProcessNode:
                 running.ready = ready
                 logger.info("pod %s/%s ready: %s", running.namespace, running.name, ready)
                 await self._report_running(running)
-            await asyncio.sleep(min(period, 1.0) if not running.ready else period)
+            await kubelet_wait(min(period, 1.0) if not running.ready else period)
 
     async def _volumes(
         self, meta: dict[str, Any], spec: dict[str, Any], container: dict[str, Any], folder: Path

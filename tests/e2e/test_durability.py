@@ -18,7 +18,8 @@ import pytest
 
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.sqlite import SqliteTaskStore
-from tests.conftest import REPO, TOOL_DIRS, McpHttp
+from mcp_tasks.tasks.record import TaskRecord
+from tests.conftest import REPO, TOOL_DIRS, McpHttp, exited, until
 
 
 def free_port() -> int:
@@ -64,15 +65,17 @@ class ServerProcess:
                     *args, *self.flags, cwd=REPO, env=env, stdout=log, stderr=log
                 )
         url = f"http://127.0.0.1:{self.port}"
-        async with aiohttp.ClientSession() as session, asyncio.timeout(15):
-            while True:
-                try:
-                    async with session.get(f"{url}/healthz") as response:
-                        if response.status == 200:
-                            return f"{url}/mcp"
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+
+        async def healthy() -> bool:  # another process: nothing tells us it is listening
+            try:
+                async with session.get(f"{url}/healthz") as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        async with aiohttp.ClientSession() as session:
+            await until(healthy, timeout_s=30)  # a start-up takes 5-15 s on a loaded two-core machine
+        return f"{url}/mcp"
 
     async def kill(self) -> None:
         assert self.process is not None
@@ -133,9 +136,8 @@ def tool_pids(task_id: str, marker_variable: str = "MCPTASKS_TASK_ID") -> list[i
 async def kill_tools(task_id: str) -> None:
     for pid in tool_pids(task_id):
         os.kill(pid, signal.SIGKILL)
-    async with asyncio.timeout(5):
-        while tool_pids(task_id):
-            await asyncio.sleep(0.05)
+    for pid in tool_pids(task_id):
+        await exited(pid, timeout_s=5)
 
 
 async def test_a_running_tool_outlives_a_server_crash_and_is_adopted(
@@ -151,9 +153,7 @@ async def test_a_running_tool_outlives_a_server_crash_and_is_adopted(
     done = await mcp.wait_status(task_id, "failed", "completed", "cancelled", timeout_s=20)
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "slept 3s on attempt 1", "the same run, not a second one"
-    async with asyncio.timeout(5):  # the adopted tool exits once its result is in, and nothing is left
-        while pid in tool_pids(task_id):
-            await asyncio.sleep(0.05)
+    await exited(pid, timeout_s=5)  # the adopted tool exits once its result is in, and nothing is left
     assert tool_pids(task_id) == []
 
 
@@ -173,9 +173,7 @@ async def test_a_warm_call_in_flight_outlives_a_server_crash_and_is_adopted(
     assert done["status"] == "completed", done
     text = done["result"]["content"][0]["text"]
     assert text == f"slept on attempt 1 in pid {worker}", "the same run on the same worker, not a second one"
-    async with asyncio.timeout(10):  # the orphaned worker exits once nothing of it is waited for
-        while worker in tool_pids(tool, "MCPTASKS_SERVE_TOOL"):
-            await asyncio.sleep(0.1)
+    await exited(worker, timeout_s=10)  # the orphaned worker exits once nothing of it is waited for
 
 
 async def test_a_non_idempotent_task_whose_tool_died_with_its_server_fails_with_an_unknown_outcome(
@@ -243,31 +241,32 @@ async def test_a_legacy_call_whose_server_died_is_cancelled_not_adopted_on_resta
         }
         response = await http_session.post(url, json=body, headers=headers)
         assert response.content_type == "text/event-stream"
-        task_id = ""
-        async with asyncio.timeout(15):
-            while not task_id:
-                async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
-                    rows = list(await store._r.execute_fetchall("SELECT task_id FROM tasks"))
-                task_id = str(rows[0][0]) if rows else ""
-                await asyncio.sleep(0.1)
-            while not tool_pids(task_id):
-                await asyncio.sleep(0.1)
+
+        async def created() -> str | None:  # by the server's process: read its database
+            async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
+                rows = list(await store._r.execute_fetchall("SELECT task_id FROM tasks"))
+            return str(rows[0][0]) if rows else None
+
+        task_id = await until(created, timeout_s=15, interval_s=0.1)
+        pids = await until(lambda: tool_pids(task_id), timeout_s=15, interval_s=0.1)
         await server.kill()
         response.close()
-        await asyncio.sleep(2.5)  # the watch lapses with nobody to renew it
+        # Stays: the watch must lapse (2 s of real time, nobody renewing it) before the restart, so that the
+        # restarted runner finds it lapsed rather than adopting the run and cancelling later.
+        await asyncio.sleep(2.5)
         url = await server.start()
-        async with asyncio.timeout(20):
-            while True:
-                async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
-                    record = await store.get(task_id)
-                if record.status.is_terminal:
-                    break
-                await asyncio.sleep(0.2)
+
+        async def ended() -> TaskRecord | None:
+            async with SqliteTaskStore(server.data_dir / "tasks.sqlite3") as store:
+                record = await store.get(task_id)
+            return record if record.status.is_terminal else None
+
+        record = await until(ended, timeout_s=20, interval_s=0.2)
         assert record.status is TaskStatus.CANCELLED and "nobody can read its result" in (record.status_message or "")
         assert record.attempt == 1, "not run again"
-        async with asyncio.timeout(10):
-            while tool_pids(task_id):
-                await asyncio.sleep(0.1)
+        for pid in pids:
+            await exited(pid, timeout_s=10)
+        assert tool_pids(task_id) == [], "its orphaned tool process was stopped"
     finally:
         await server.stop()
 

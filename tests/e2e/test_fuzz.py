@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from mcp_tasks.cli.settings import ServeSettings
 from mcp_tasks.protocol import constants
-from tests.conftest import Embedded, server_settings, start_embedded
+from tests.conftest import Embedded, server_settings, start_embedded, until
 
 EXAMPLES = int(os.environ.get("MCPTASKS_FUZZ_EXAMPLES", "400"))
 REQUEST_TIMEOUT_S = 10.0
@@ -250,7 +250,7 @@ async def _session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
 
 
-async def still_runs_a_task(session: aiohttp.ClientSession, url: str) -> None:
+async def still_runs_a_task(session: aiohttp.ClientSession, server: Embedded) -> None:
     """The server, after the fuzz, still creates a task and runs it to `completed`."""
     meta = {
         constants.META_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
@@ -268,17 +268,17 @@ async def still_runs_a_task(session: aiohttp.ClientSession, url: str) -> None:
         "method": "tools/call",
         "params": {"name": "echo", "arguments": {}, "_meta": meta},
     }
-    async with session.post(url, json=call, headers=headers) as response:
+    async with session.post(server.url, json=call, headers=headers) as response:
         task_id = (await response.json())["result"]["taskId"]
     headers = {**headers, constants.HEADER_METHOD: "tasks/get", constants.HEADER_NAME: task_id}
     get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": task_id, "_meta": meta}}
-    async with asyncio.timeout(20):
-        while True:
-            async with session.post(url, json=get, headers=headers) as response:
-                task = (await response.json())["result"]
-            if task["status"] != "working":
-                break
-            await asyncio.sleep(0.05)
+
+    async def ended() -> dict[str, Any] | None:
+        async with session.post(server.url, json=get, headers=headers) as response:
+            task: dict[str, Any] = (await response.json())["result"]
+        return task if task["status"] != "working" else None
+
+    task = await until(ended, timeout_s=20, changed=server.changed)
     assert task["status"] == "completed" and task["result"]["content"][0]["text"] == "echo 0", task
 
 
@@ -297,7 +297,7 @@ def test_no_request_gets_a_5xx_a_non_json_error_or_a_hang(tmp_path: Path) -> Non
             loop.run_until_complete(post(session, server.url, headers, body + b" " * padding))
 
         one()
-        loop.run_until_complete(still_runs_a_task(session, server.url))
+        loop.run_until_complete(still_runs_a_task(session, server))
 
 
 MALFORMED: list[tuple[dict[str, str], bytes]] = [

@@ -153,13 +153,19 @@ async def test_a_run_whose_client_never_comes_back_is_stopped(
 ) -> None:
     """The parked run is watched only until its `requestState` expires; then its executor cancels it."""
     written: list[TaskRecord] = []
-    remove = add_write_observer(lambda before, after: written.append(after))
+    ended = asyncio.Event()
+
+    def observe(before: TaskRecord | None, after: TaskRecord) -> None:
+        written.append(after)
+        if after.status.is_terminal:
+            ended.set()
+
+    remove = add_write_observer(observe)
     try:
         mcp = McpHttp(http_session, short_rounds.url)
         await mcp.call_tool("asker", {}, caps=FORM_CAPS)
         async with asyncio.timeout(15):
-            while not (written and written[-1].status.is_terminal):
-                await asyncio.sleep(0.1)
+            await ended.wait()
     finally:
         remove()
     assert {record.task_id for record in written} == {written[0].task_id}

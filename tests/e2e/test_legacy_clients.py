@@ -24,7 +24,7 @@ from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.inline import INLINE_TTL_MS
 from mcp_tasks.tasks.interfaces import utc_now
 from mcp_tasks.tasks.owner import LOCAL_OWNER
-from tests.conftest import Embedded, server_settings, start_embedded
+from tests.conftest import Embedded, server_settings, start_embedded, until
 
 LEGACY = "2025-11-25"
 HEADERS = {
@@ -225,11 +225,11 @@ async def status_of(embedded: Embedded, task_id: str) -> TaskStatus:
 
 
 async def until_terminal(embedded: Embedded, task_id: str) -> TaskStatus:
-    for _ in range(200):
-        if (status := await status_of(embedded, task_id)).is_terminal:
-            return status
-        await asyncio.sleep(0.1)
-    return await status_of(embedded, task_id)
+    async def terminal() -> TaskStatus | None:
+        status = await status_of(embedded, task_id)
+        return status if status.is_terminal else None
+
+    return await until(terminal, timeout_s=20, changed=embedded.changed)
 
 
 async def test_notifications_cancelled_stops_the_call_and_it_gets_no_response(
@@ -329,13 +329,13 @@ async def test_a_headerless_legacy_client_gets_legacy_answers_for_unserved_metho
 
 async def wait_for_hidden_task(embedded: Embedded, not_in: set[str] | None = None) -> str:
     """The id of the one running hidden task (not in `not_in`), once the runner has it."""
-    for _ in range(300):
+
+    async def fresh() -> str | None:
         rows = await embedded.store._w.execute_fetchall("SELECT task_id FROM tasks")
-        fresh = [row[0] for row in rows if row[0] not in (not_in or set())]
-        if fresh:
-            return str(fresh[0])
-        await asyncio.sleep(0.05)
-    pytest.fail("no hidden task was created")
+        ids = [str(row[0]) for row in rows if row[0] not in (not_in or set())]
+        return ids[0] if ids else None
+
+    return await until(fresh, timeout_s=15, changed=embedded.changed)
 
 
 async def test_a_legacy_request_sent_with_a_modern_envelope_stays_modern(

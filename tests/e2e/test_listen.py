@@ -62,14 +62,14 @@ async def test_a_quiet_listen_stream_carries_keepalive_comments(
         task_id = await client.start_task("confirm_delete", {"filename": "quiet.txt"})
         await client.wait_status(task_id, "input_required")
 
-        async def answer_later() -> None:
-            await asyncio.sleep(1.0)  # the quiet period under test
-            await client.update(task_id, {"confirm": {"action": "accept", "content": {"confirm": True}}})
-
-        reply, _ = await asyncio.gather(
-            client.request("subscriptions/listen", {"notifications": {"taskIds": [task_id]}}), answer_later()
-        )
-        assert ": keepalive" in reply.body
-        assert frames(reply.body)[-1]["id"] is not None
+        body, headers = client.prepare("subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+        lines: list[str] = []
+        async with http_session.post(server.url, data=body, headers=headers) as response, asyncio.timeout(10):
+            async for raw in response.content:  # the stream stays quiet until the task is answered
+                lines.append(raw.decode().rstrip("\r\n"))
+                if lines[-1] == ": keepalive" and lines.count(": keepalive") == 1:
+                    await client.update(task_id, {"confirm": {"action": "accept", "content": {"confirm": True}}})
+        assert ": keepalive" in lines
+        assert frames("\n".join(lines))[-1]["id"] is not None, "the stream then ends with its result"
     finally:
         await web_runner.cleanup()

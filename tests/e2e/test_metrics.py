@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
 
 from mcp_tasks.observability.endpoint import start_metrics_server
-from tests.conftest import PLAIN_CAPS, Embedded, McpHttp
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.tasks.interfaces import add_write_observer
+from mcp_tasks.tasks.record import TaskRecord
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, until
 from tests.metrics import Samples, scrape, value
 
 
@@ -26,14 +28,20 @@ def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
 
 
+async def swept(session: aiohttp.ClientSession, url: str, holds: Callable[[Samples], bool]) -> Samples | None:
+    """The samples at `url` when `holds(samples)`: the sweep sets its gauges on its own period, told to no one."""
+    samples = await scrape(session, url)
+    return samples if holds(samples) else None
+
+
 async def test_metrics_move_as_real_tasks_run(
     embedded: Embedded, mcp: McpHttp, http_session: aiohttp.ClientSession, metrics_url: str
 ) -> None:
     before = await scrape(http_session, metrics_url)
     task_id = await mcp.start_task("sleeper", {"seconds": 1.0})
-    await asyncio.sleep(0.6)  # the runner's sweep (0.2 s here) sets the gauge of unfinished tasks
-    during = await scrape(http_session, metrics_url)
-    assert value(during, "mcptasks_tasks", status="working") >= 1
+    during = await until(  # the runner's sweep (every 0.2 s here) sets the gauge of unfinished tasks
+        lambda: swept(http_session, metrics_url, lambda s: value(s, "mcptasks_tasks", status="working") >= 1)
+    )
     assert value(during, "mcptasks_unfinished_task_max_age_seconds") > 0
     assert value(during, "mcptasks_sweep_timestamp_seconds") > 1.7e9
     await mcp.wait_status(task_id, "completed")
@@ -65,9 +73,8 @@ async def test_metrics_move_as_real_tasks_run(
     assert (
         delta(after, before, "mcptasks_store_operation_duration_seconds_count", store="sqlite", operation="write") > 0
     )
-    await asyncio.sleep(0.6)  # the next sweep (0.2 s here) sees the task finished
-    settled = await scrape(http_session, metrics_url)
-    assert value(settled, "mcptasks_tasks", status="working") == 0
+    # a later sweep (every 0.2 s here) sees the task finished
+    await until(lambda: swept(http_session, metrics_url, lambda s: value(s, "mcptasks_tasks", status="working") == 0))
     assert not [key for key in after if any(label == "taskId" or task_id in v for label, v in key[1])], (
         "no task id in any label"
     )
@@ -76,13 +83,26 @@ async def test_metrics_move_as_real_tasks_run(
 async def test_input_waits_and_open_streams_are_measured(
     embedded: Embedded, mcp: McpHttp, http_session: aiohttp.ClientSession, metrics_url: str
 ) -> None:
+    waits: list[float] = []  # each wait, from the records of the writes that ended it
+
+    def observe(before: TaskRecord | None, after: TaskRecord) -> None:
+        if before is not None and before.status is TaskStatus.INPUT_REQUIRED and after.status != before.status:
+            waits.append((after.last_updated_at - before.last_updated_at).total_seconds())
+
     before = await scrape(http_session, metrics_url)
-    task_id = await mcp.start_task("hello_world")
-    await mcp.wait_status(task_id, "input_required")
-    await asyncio.sleep(0.3)
-    await mcp.update(task_id, {"name": {"action": "accept", "content": {"name": "Ada"}}})
-    await mcp.wait_status(task_id, "completed")
+    remove = add_write_observer(observe)
+    try:
+        task_id = await mcp.start_task("hello_world")
+        await mcp.wait_status(task_id, "input_required")
+        await mcp.update(task_id, {"name": {"action": "accept", "content": {"name": "Ada"}}})
+        await mcp.wait_status(task_id, "completed")
+    finally:
+        remove()
     after = await scrape(http_session, metrics_url)
     assert delta(after, before, "mcptasks_task_input_wait_seconds_count", tool="hello_world") == 1
-    assert delta(after, before, "mcptasks_task_input_wait_seconds_sum", tool="hello_world") >= 0.3
+    (waited,) = waits
+    assert waited > 0
+    assert delta(after, before, "mcptasks_task_input_wait_seconds_sum", tool="hello_world") == pytest.approx(waited), (
+        "the time from entering input_required to leaving it, as the task's record has it"
+    )
     assert delta(after, before, "mcptasks_task_transitions_total", tool="hello_world", status="input_required") == 1

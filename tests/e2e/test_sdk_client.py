@@ -13,7 +13,7 @@ from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.client import TaskCancelled, TaskFailed, TasksClientExtension
 from mcp_tasks.protocol.models import GetTaskResult, TaskStatus
-from tests.conftest import Embedded, McpHttp
+from tests.conftest import Embedded, McpHttp, until
 
 
 def answering(content: dict[str, Any]) -> Any:
@@ -117,21 +117,24 @@ async def test_with_the_extension_a_call_that_is_no_task_still_gets_its_input_ro
 
 async def test_a_caller_that_stops_waiting_cancels_its_task(embedded: Embedded) -> None:
     task_ids: list[str] = []
+    seen = asyncio.Event()
 
     async def record(task: GetTaskResult) -> None:
         task_ids.append(task.task_id)
+        seen.set()
 
     async with Client(embedded.url, extensions=[TasksClientExtension(on_update=record)], cache=None) as client:
         waiting = asyncio.create_task(client.call_tool("slow_compute", {"seconds": 30, "label": "abandoned"}))
         async with asyncio.timeout(10):
-            while not task_ids:
-                await asyncio.sleep(0.05)
+            await seen.wait()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-    async with asyncio.timeout(10):
-        while (await embedded.store.get(task_ids[0])).status is not TaskStatus.CANCELLED:
-            await asyncio.sleep(0.05)
+
+    async def cancelled() -> bool:
+        return (await embedded.store.get(task_ids[0])).status is TaskStatus.CANCELLED
+
+    await until(cancelled, changed=embedded.changed)
 
 
 async def test_a_known_task_can_be_resumed_and_another_cancelled(embedded: Embedded, mcp: McpHttp) -> None:

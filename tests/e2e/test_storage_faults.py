@@ -31,7 +31,8 @@ async def test_a_store_that_cannot_write_is_503_reads_work_and_running_work_surv
         assert "task store is unavailable" in refused.error["message"]
         assert "readonly" in refused.error["message"], "the message says why"
         assert (await mcp.get(task_id)).result["status"] == "working", "reads keep working"
-        # Hold the fault past the tool's end and several lease renewals (lease 3 s, renewed every 1 s).
+        # Stays: hold the fault past the tool's end and several lease renewals (lease 3 s, renewed every 1 s):
+        # renewals failing for longer than the lease is the condition under test, and it takes real time.
         await asyncio.sleep(3.5)
         assert (await mcp.get(task_id)).result["status"] == "working"
     finally:

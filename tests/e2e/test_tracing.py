@@ -3,16 +3,15 @@ task, continuing the client's `traceparent`, reaching the tool process in its en
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from mcp_tasks.observability import tracing
-from tests.conftest import McpHttp
+from tests.conftest import McpHttp, until
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_PARENT = f"00-{CLIENT_TRACE}-b7ad6b7169203331-01"
@@ -38,11 +37,11 @@ async def test_one_trace_from_the_call_through_the_run_to_the_tool(mcp: McpHttp,
     done = await mcp.wait_status(task_id, "completed")
     tool_saw = done["result"]["content"][0]["text"]
 
-    for _ in range(100):  # the run's span ends once its process has exited, just after the result
+    def run_ended() -> dict[str, ReadableSpan] | None:  # once its process has exited, just after the result
         finished = {span.name: span for span in spans.get_finished_spans()}
-        if "mcp.task.run" in finished:
-            break
-        await asyncio.sleep(0.05)
+        return finished if "mcp.task.run" in finished else None
+
+    finished = await until(run_ended, timeout_s=5)
     assert {"mcp.task.create", "mcp.task.run", "mcp.worker /input", "mcp.worker /status", "mcp.worker /result"} <= set(
         finished
     ), sorted(finished)

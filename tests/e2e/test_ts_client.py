@@ -5,11 +5,9 @@ negotiates the modern era."""
 
 from __future__ import annotations
 
-import asyncio
-
 from mcp_tasks.protocol.models import TaskStatus
 from tests.clients import typescript
-from tests.conftest import Embedded
+from tests.conftest import Embedded, until
 
 
 async def test_the_typescript_client_in_its_default_mode_reaches_every_tool(embedded: Embedded) -> None:
@@ -23,11 +21,12 @@ async def test_the_typescript_client_in_its_default_mode_reaches_every_tool(embe
     assert seen["progress"] == sorted(set(seen["progress"]))
     assert "error" in seen["cancelled"] and seen["cancelledAfterMs"] < 10_000, seen
     rows = await embedded.store._w.execute_fetchall("SELECT task_id, tool FROM tasks WHERE tool = 'sleeper'")
-    for _ in range(100):  # the cancelled call's hidden task ends cancelled, cooperatively
+
+    async def ended() -> list[TaskStatus] | None:  # the cancelled call's hidden task ends cancelled, cooperatively
         statuses = [(await embedded.store.get(row[0])).status for row in rows]
-        if TaskStatus.CANCELLED in statuses:
-            break
-        await asyncio.sleep(0.1)
+        return statuses if TaskStatus.CANCELLED in statuses else None
+
+    statuses = await until(ended, changed=embedded.changed)
     assert sorted(s.value for s in statuses) == ["cancelled", "completed"], statuses
 
 

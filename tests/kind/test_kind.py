@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import McpHttp
+from tests.conftest import McpHttp, until
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "mcp-tasks:kind-test"
@@ -87,9 +86,18 @@ def test_hello_world_on_kind(cluster: Any, tmp_path: Path) -> None:
     )  # fmt: skip
 
     with cluster.port_forward("service/mcp-tasks-gateway", 80, "-n", "mcp-tasks") as port:
-        time.sleep(1)
+
+        async def forwarding() -> bool:  # kubectl port-forward says nothing when it listens
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            await writer.wait_closed()
+            return True
 
         async def flow() -> str:
+            await until(forwarding, timeout_s=30)
             async with aiohttp.ClientSession() as session:
                 mcp = McpHttp(session, f"http://127.0.0.1:{port}/mcp", token="kind-token")
                 task_id = await mcp.start_task("hello_world", {})

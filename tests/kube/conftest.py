@@ -11,8 +11,7 @@ import os
 import secrets
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,13 +40,23 @@ from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.kubernetes.client import close_api_client
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
+from tests.conftest import until as shared_until
 from tests.controlplane.cluster import (
     ControlPlane,
     ControlPlaneUnavailable,
     free_port,
     local_tool_manifests,
     testbin_dir,
+    wait_until,
 )
+
+KUBE_WAIT_S = 60.0
+"""How long the kube tests wait for the cluster to converge (a control plane on a loaded machine)."""
+
+
+async def until(check: Callable[..., object], timeout_s: float = KUBE_WAIT_S) -> None:
+    """`tests.conftest.until` with the kube tests' bound, reading every 0.2 s (each read runs kubectl)."""
+    await shared_until(check, timeout_s=timeout_s, interval_s=0.2)
 
 
 @pytest.fixture(scope="session")
@@ -191,11 +200,15 @@ class Operators:
         )
         log.close()
         self.processes.append(process)
-        deadline = time.monotonic() + 30
-        while b"worker API on" not in self.log(process):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"operator did not start:\n{self.log(process).decode(errors='replace')}")
-            time.sleep(0.1)
+
+        def started() -> bool:
+            if b"worker API on" in self.log(process):
+                return True
+            if process.poll() is not None:
+                raise RuntimeError(f"operator exited:\n{self.log(process).decode(errors='replace')}")
+            return False
+
+        wait_until(started, 30, lambda: f"operator did not start:\n{self.log(process).decode(errors='replace')}", 0.1)
         return process
 
     def log(self, process: subprocess.Popen[bytes]) -> bytes:

@@ -21,7 +21,7 @@ from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.clients import typescript
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e.test_legacy_clients import call_to_the_end, cancel_notification, initialize, legacy_post, open_call
-from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
+from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world, until
 
 NEW_TOOL = """\
 apiVersion: mcptasks.io/v1alpha1
@@ -46,13 +46,16 @@ async def test_tools_list_follows_kubectl_apply_and_delete(
     listed = await names()
     assert listed == sorted(listed) and {"hello_world", "sleeper", "confirm_delete"} <= set(listed)
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=NEW_TOOL)
-    async with asyncio.timeout(10):
-        while "added_later" not in await names():
-            await asyncio.sleep(0.1)
+
+    async def added() -> bool:
+        return "added_later" in await names()
+
+    async def removed() -> bool:
+        return not await added()
+
+    await until(added, timeout_s=10)
     control_plane.kubectl("delete", "-n", namespace, "mcptool", "added-later")
-    async with asyncio.timeout(10):
-        while "added_later" in await names():
-            await asyncio.sleep(0.1)
+    await until(removed, timeout_s=10)
     table = control_plane.kubectl("get", "mcptools", "-n", namespace).splitlines()
     assert table[0].split() == ["NAME", "TOOL", "VALID", "IMAGE", "POLICY", "AGE"]
     assert any(
@@ -164,9 +167,7 @@ async def test_a_finished_task_is_deleted_from_the_cluster_after_its_ttl(
     task_id = await mcp.start_task("short_ttl", {"seconds": 0})
     await mcp.wait_status(task_id, "completed")
     assert get_object(control_plane, namespace, task_id) is not None
-    async with asyncio.timeout(10):
-        while get_object(control_plane, namespace, task_id) is not None:
-            await asyncio.sleep(0.3)
+    await until(lambda: get_object(control_plane, namespace, task_id) is None, timeout_s=10)
     assert (await mcp.get(task_id)).error["code"] == -32602
 
 

@@ -9,7 +9,6 @@ docs/kubernetes.md promises.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import secrets
@@ -21,7 +20,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.conftest import REPO, McpHttp
+from tests.conftest import REPO, McpHttp, until
 from tests.controlplane.cluster import ControlPlane
 from tests.helm import example_tools
 from tests.kube.conftest import sep_hello_world
@@ -259,10 +258,12 @@ def endpoint_urls(plane: ControlPlane, namespace: str, service: str, port_name: 
 
 async def wait_for_urls(plane: ControlPlane, namespace: str, service: str, count: int) -> list[str]:
     """The gateway URLs once exactly `count` endpoints are ready (a rollout has settled)."""
-    async with asyncio.timeout(120):
-        while len(urls := gateway_urls(plane, namespace, service)) != count:
-            await asyncio.sleep(0.5)
-    return urls
+
+    def settled() -> list[str] | None:
+        urls = gateway_urls(plane, namespace, service)
+        return urls if len(urls) == count else None
+
+    return await until(settled, timeout_s=120, interval_s=0.5)
 
 
 def release_objects(plane: ControlPlane, namespace: str) -> set[str]:
@@ -281,6 +282,7 @@ def release_objects(plane: ControlPlane, namespace: str) -> set[str]:
     return set(out.split())
 
 
+@pytest.mark.timeout(900)  # two installs and an upgrade, each allowed INSTALL_TIMEOUT, and their rollouts
 async def test_helm_install_upgrade_and_uninstall(control_plane: ControlPlane, tmp_path: Path) -> None:
     plane = control_plane
     namespace = f"helm-{secrets.token_hex(3)}"
@@ -380,10 +382,7 @@ async def test_helm_install_upgrade_and_uninstall(control_plane: ControlPlane, t
     # CRDs stay (docs/kubernetes.md, "Uninstall").
     assert any(name.startswith("deployment.apps/") for name in release_objects(plane, namespace))
     plane.helm("uninstall", "r", "--namespace", namespace, "--wait", "--timeout", INSTALL_TIMEOUT)
-    async with asyncio.timeout(60):
-        while remaining := release_objects(plane, namespace):
-            await asyncio.sleep(0.5)
-    assert not remaining
+    await until(lambda: not release_objects(plane, namespace), timeout_s=60, interval_s=0.5)
     kept = plane.kubectl("get", "mcptasks,jobs,pvc", "-n", namespace, "-o", "name")
     assert f"mcptask.mcptasks.io/{task_id}" in kept and f"mcptask.mcptasks.io/{waiting}" in kept
     assert f"job.batch/mcptask-{waiting}" in kept

@@ -23,8 +23,10 @@ from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.inline import hidden
 from mcp_tasks.tasks.interfaces import utc_now
 from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import TaskRecord
+from tests.conftest import until as shared_until
 from tests.controlplane.cluster import ControlPlane, free_port
-from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world
+from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world, until
 from tests.metrics import scrape, value
 
 WAIT_S = 30.0
@@ -37,12 +39,6 @@ def kube_json(plane: ControlPlane, namespace: str, *what: str) -> Any:
 def jobs_of(plane: ControlPlane, namespace: str, task_id: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = kube_json(plane, namespace, "jobs", "-l", f"mcptasks.io/task-id={task_id}")["items"]
     return items
-
-
-async def until(predicate: Any, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(interval_s)
 
 
 def conditions_of(plane: ControlPlane, namespace: str, task_id: str) -> dict[str, dict[str, Any]]:
@@ -185,7 +181,6 @@ async def test_killing_the_operator_mid_run_loses_nothing_and_creates_no_second_
     operators.kill(first)
     answer = {"confirm": {"action": "accept", "content": {"confirm": True}}}
     assert "result" in (await mcp.update(task_id, answer)).body, "answers are stored in the McpTask, not the operator"
-    await asyncio.sleep(1.0)
     operators.start()
     done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
     assert done["status"] == "completed", done
@@ -218,9 +213,11 @@ async def test_a_pod_that_never_starts_fails_its_task_within_the_start_deadline(
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=UNPULLABLE)
     operators.start("--start-deadline", "3")
     mcp = client(http_session, await gateways.start())
-    async with asyncio.timeout(10):
-        while "never_starts" not in [t["name"] for t in (await mcp.request("tools/list")).result["tools"]]:
-            await asyncio.sleep(0.1)
+
+    async def listed() -> bool:
+        return "never_starts" in [t["name"] for t in (await mcp.request("tools/list")).result["tools"]]
+
+    await until(listed, timeout_s=10)
     task_id = await mcp.start_task("never_starts", {})
     # `kubectl wait` on the Finished condition, started while the task still runs (API conventions).
     waiting = asyncio.create_task(
@@ -366,14 +363,18 @@ async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_other
 async def test_a_local_runner_refuses_a_namespace_an_operator_serves(gateways: Gateways, operators: Operators) -> None:
     """`--runner local` next to an operator would run every task twice: the gateway refuses to start."""
     operators.start()
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            try:
-                await gateways.start(runner="local")
-            except SettingsError as exc:
-                assert "an operator serves namespace" in str(exc)
-                return
-            await asyncio.sleep(0.5)  # kopf announces itself in the peering object shortly after start
+    refusals: list[SettingsError] = []
+
+    async def refused() -> bool:  # kopf announces itself in the peering object shortly after start
+        try:
+            await gateways.start(runner="local")
+        except SettingsError as exc:
+            refusals.append(exc)
+            return True
+        return False
+
+    await until(refused, timeout_s=WAIT_S)
+    assert "an operator serves namespace" in str(refusals[0])
 
 
 TOOL_STATUS_CASES = """\
@@ -401,7 +402,9 @@ async def test_the_operator_writes_each_mcptools_valid_condition(
     operators: Operators, control_plane: ControlPlane, namespace: str
 ) -> None:
     """`kubectl get mcptools` says which tools are served and `describe` why not (API conventions)."""
-    await asyncio.sleep(1.1)  # creationTimestamp has 1 s resolution: the duplicate is the younger one
+    # Stays: creationTimestamp has 1 s resolution, and the duplicate must be the younger one; the API server
+    # stamps it from its own clock, which no test can move.
+    await asyncio.sleep(1.1)
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=TOOL_STATUS_CASES)
     operators.start()
 
@@ -464,9 +467,14 @@ async def test_a_hidden_task_whose_gateway_stopped_watching_is_cancelled_by_the_
     began = utc_now() - timedelta(seconds=10)
     fresh = transitions.new_task(mint_task_id(), Owner("local", "local"), tool, {"seconds": 60}, began)
     record = await gateway.store.create(hidden(fresh, watch_s=2))  # watched until 8 s ago: its caller is gone
-    async with asyncio.timeout(WAIT_S):
-        while not (done := await gateway.store.get(record.task_id)).status.is_terminal:
-            await asyncio.sleep(0.2)
+
+    async def ended() -> TaskRecord | None:
+        done = await gateway.store.get(record.task_id)
+        return done if done.status.is_terminal else None
+
+    done = await shared_until(
+        ended, timeout_s=WAIT_S, changed=lambda: gateway.store.wait_for_change(1.0, record.task_id)
+    )
     assert done.status.value == "cancelled" and "nobody can read its result" in (done.status_message or "")
     await until(lambda: not jobs_of(control_plane, namespace, record.task_id))
 
@@ -480,6 +488,8 @@ async def test_the_operator_does_not_count_input_waits_against_the_run_time(
     mcp = client(http_session, await gateways.start())
     answered = await mcp.start_task("patient_asker", {"seconds": 0.2})
     asked = await mcp.wait_status(answered, "input_required", timeout_s=WAIT_S)
+    # Stays: 2 s of real time in input_required, longer than maxRunTimeSeconds, is the condition under test; the
+    # operator and the tool's pod keep real time.
     await asyncio.sleep(2.0)
     (key,) = asked["inputRequests"]
     await mcp.update(answered, {key: {"action": "accept", "content": {"word": "late"}}})

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 
 from tests.controlplane.cluster import REPO, ControlPlane
-from tests.kube.conftest import Gateways, Operators, client
-from tests.kube.test_warm_tools import apply_warm, endpoints, until
+from tests.kube.conftest import Gateways, Operators, client, until
+from tests.kube.test_warm_tools import apply_warm, endpoints
 
 CHART = REPO / "charts" / "mcp-tasks"
 

@@ -21,7 +21,7 @@ from mcp_tasks.tasks.interfaces import TaskStore, Writer, transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.controlplane.cluster import ControlPlane
-from tests.kube.conftest import Gateways, client, get_object
+from tests.kube.conftest import Gateways, client, get_object, until
 
 ELICIT: dict[str, Any] = {"method": "elicitation/create", "params": {"message": "Sure?", "requestedSchema": {}}}
 
@@ -172,7 +172,9 @@ async def test_a_watch_closed_by_the_server_resumes_without_losing_an_update(
                 return transitions.set_status_message(r, message, utc_now()), None
 
             await transact(writer, record.task_id, progress, Writer.EXECUTOR)
-            await asyncio.sleep(0.25)
+            if step % 4 == 1:  # let the WATCH end and resume between two writes, three times over
+                resumed = watcher.reflector.watches_started
+                await until(lambda resumed=resumed: watcher.reflector.watches_started > resumed, timeout_s=10)
         async with asyncio.timeout(10):
             while (await watcher.get(record.task_id)).status_message != f"step {steps - 1}":
                 await watcher.wait_for_change(1.0, record.task_id)
@@ -207,9 +209,7 @@ async def test_a_watch_too_old_to_resume_lists_again(api_client: ApiClient, name
     await watcher.open()
     try:
         watcher.reflector.resume_from("1")  # far older than the API server's watch cache holds
-        async with asyncio.timeout(10):
-            while watcher.reflector.relists == 0:
-                await asyncio.sleep(0.1)
+        await until(lambda: watcher.reflector.relists > 0, timeout_s=10)
         record = await writer.create(_new_record())
         async with asyncio.timeout(10):
             while watcher.cached_count() == 0:

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import ApiClient, BatchV1Api, CustomObjectsApi
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from tests.conftest import PLAIN_CAPS, REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
-from tests.kube.conftest import Gateways, Operators, client
+from tests.kube.conftest import Gateways, Operators, client, until
 
 WAIT_S = 60.0
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
@@ -45,12 +45,6 @@ def apply_warm(plane: ControlPlane, namespace: str, *names: str) -> None:
 def endpoints(plane: ControlPlane, namespace: str, mcptool: str) -> list[str]:
     status = kube_json(plane, namespace, "mcptool", mcptool).get("status") or {}
     return list((status.get("warm") or {}).get("endpoints") or [])
-
-
-async def until(predicate: Any, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(interval_s)
 
 
 def exists(plane: ControlPlane, namespace: str, *what: str) -> bool:
@@ -155,7 +149,9 @@ async def test_synchronous_calls_reach_the_warm_workers_without_an_api_write(
         mcp = client(http_session, gateway)
         replies = [(await mcp.call_tool("warm_echo", {"text": f"n{i}"}, caps=PLAIN_CAPS)).result for i in range(5)]
         stats = (await mcp.call_tool("word_stats", {"text": "a b a"})).result
-        await asyncio.sleep(1.0)  # any write would have reached the watch by now
+        # Stays: no event says "no write is coming"; a second lets any write the calls made reach the watch. (A
+        # fence would need a write to both watched kinds that the operator then acts on.)
+        await asyncio.sleep(1.0)
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
@@ -188,6 +184,7 @@ async def test_a_warm_worker_killed_mid_call_and_input_on_a_warm_tool(
     control_plane: ControlPlane,
     warm_namespace: str,
     http_session: aiohttp.ClientSession,
+    tmp_path: Path,
 ) -> None:
     """A worker killed mid-call: that call ends with a tool error, the Deployment replaces the pod and
     the next call is served. A call that asks for input: an idempotent tool continues as a hidden task
@@ -201,9 +198,10 @@ async def test_a_warm_worker_killed_mid_call_and_input_on_a_warm_tool(
     await until(lambda: all(catalog.warm_endpoints(tool) for tool in tools))
     mcp = client(http_session, gateway)
 
-    call = asyncio.create_task(mcp.call_tool("warm_sleeper", {"seconds": 20}, caps=PLAIN_CAPS))
-    await until(lambda: bool(worker_pids("warm_sleeper")))
-    await asyncio.sleep(1.0)  # the call is in flight on that worker
+    started = tmp_path / "started"
+    arguments = {"seconds": 20, "started": str(started)}
+    call = asyncio.create_task(mcp.call_tool("warm_sleeper", arguments, caps=PLAIN_CAPS), name="call")
+    await until(started.exists)  # the call is in flight on that worker
     (pid,) = worker_pids("warm_sleeper")
     os.kill(pid, signal.SIGKILL)
     lost = (await call).result
@@ -295,7 +293,9 @@ async def test_a_task_running_as_a_job_stays_the_jobs_when_its_tool_becomes_warm
     operators.start()
     catalog: Any = gateway.services.catalog
     await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")))
-    await asyncio.sleep(3)  # several claim passes of the new operator's warm runner
+    for _ in range(2):  # later tasks run warm: the new operator's warm runner has made claim passes since
+        later = await mcp.start_task("warm_sleeper", {"seconds": 0})
+        assert (await mcp.wait_status(later, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
     status = kube_json(control_plane, namespace, "mcptask", task_id)["status"]
     assert status["attempt"] == 1 and "lease" not in status, status
     done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)

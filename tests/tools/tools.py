@@ -102,9 +102,15 @@ def warm_echo(ctx: ToolContext) -> str:
 
 
 def warm_sleeper(ctx: ToolContext) -> str:
-    """Reports every 0.1 s while it sleeps, so a cancel reaches it within 0.1 s (`CallCancelled`)."""
+    """Reports every 0.1 s while it sleeps, so a cancel reaches it within 0.1 s (`CallCancelled`).
+
+    With `started` (a path), it creates that file once the call runs, for a test to wait on.
+    """
     end = time.monotonic() + float(ctx.arguments.get("seconds", 1))
     ctx.report(f"sleeping in pid {os.getpid()} (attempt {ctx.attempt})")
+    if ctx.arguments.get("started"):
+        with open(str(ctx.arguments["started"]), "w"):
+            pass
     while time.monotonic() < end:
         time.sleep(min(0.1, max(0.0, end - time.monotonic())))
         ctx.report(f"sleeping in pid {os.getpid()} (attempt {ctx.attempt})")
