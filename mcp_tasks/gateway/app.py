@@ -118,7 +118,8 @@ def create_app(
     app[transport.SERVICES_KEY] = services
     if not isinstance(authenticator, identity_gate.Gate):
         app[transport.AUTHENTICATOR_KEY] = authenticator
-    identity_gate.install(app, identity_gate.gate_for(authenticator, services.settings.server_name, MCP_PATH))
+    gate = identity_gate.gate_for(authenticator, services.settings.server_name, MCP_PATH)
+    identity_gate.install(app, gate, services.catalog)
     app[listen.SHUTDOWN_KEY] = asyncio.Event()
     app[READINESS_KEY] = readiness or (lambda: True)
     if lifecycle is not None:

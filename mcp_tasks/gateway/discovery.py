@@ -9,6 +9,7 @@ from mcp_types import DiscoverResult, ListToolsResult, ServerCapabilities, Tools
 from mcp_types._types import ResourcesCapability
 
 from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject
 
@@ -51,16 +52,21 @@ def _encode_cursor(offset: int) -> str:
 
 
 async def list_tools(ctx: RequestContext) -> JsonObject:
-    """One page of tools in the catalog's deterministic order, with cache hints."""
+    """One page of the tools the principal may call, in the catalog's deterministic order, with cache hints.
+
+    A tool that names `requiredScopes` is listed only to principals holding them (`identity.scopes`); the
+    list then varies by authorisation, so it is `cacheScope: private` (MCP 2026-07-28 `server/tools`).
+    """
     offset = _decode_cursor(ctx.params.get("cursor"))
-    tools = ctx.services.catalog.list_tools()
+    catalog = ctx.services.catalog.list_tools()
+    tools = scopes.visible(catalog)
     size = ctx.services.settings.list_page_size
     page = tools[offset : offset + size]
     result = ListToolsResult(
         tools=[spec.tool for spec in page],
         next_cursor=_encode_cursor(offset + size) if offset + size < len(tools) else None,
         ttl_ms=ctx.services.settings.list_ttl_ms,
-        cache_scope="public",
+        cache_scope="public" if scopes.shared(catalog) else "private",
     )
     return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 

@@ -271,6 +271,10 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     if isinstance(identified, web.Response):
         return identified  # 401 with WWW-Authenticate (or 503: the issuer is down)
     owner = identified.owner
+    if request.headers.get(constants.HEADER_METHOD) == constants.METHOD_TOOLS_CALL:  # 403 before the body
+        forbidden = identity_gate.refuse_scope(request, request.headers.get(constants.HEADER_NAME))
+        if forbidden is not None:
+            return forbidden
     settings = services.settings
     try:
         body = await _read_body(request, settings.max_body_bytes, settings.body_read_timeout_s)
@@ -299,6 +303,10 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
         request[REQUEST_METHOD_KEY] = message.method
+        if message.method == constants.METHOD_TOOLS_CALL:  # both eras; a legacy client sends no Mcp-Name
+            forbidden = identity_gate.refuse_scope(request, message.params.get("name"), request_id)
+            if forbidden is not None:
+                return forbidden
         if legacy.selects_legacy(request.headers, message):
             return await legacy.serve(request, message, owner, services, map_exception, client_gone(request))
         if message.is_notification:

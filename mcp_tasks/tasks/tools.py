@@ -8,6 +8,7 @@ as a Job. `spec.execution.taskPolicy` decides, per request, whether a `tools/cal
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Literal
@@ -24,6 +25,8 @@ from mcp_tasks.tasks.errors import InvalidToolManifest
 API_VERSION: Final = "mcptasks.io/v1alpha1"
 KIND_TOOL: Final = "McpTool"
 TOOL_NAME_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,128}$"
+SCOPE_TOKEN: Final = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
+"""An OAuth scope token (RFC 6749 §3.3: printable ASCII without space, `"` or `\\`), bounded in length."""
 
 
 class TaskPolicy(StrEnum):
@@ -145,6 +148,24 @@ class ToolManifestSpec(_Spec):
     input_before_task: dict[str, InputBeforeTask] = Field(default_factory=dict, alias="inputBeforeTask")
     container: ContainerSpec
     warm: WarmSpec | None = None
+    required_scopes: list[str] = Field(
+        default_factory=list,
+        alias="requiredScopes",
+        max_length=32,
+        description=(
+            "OAuth scopes a caller's token must hold to see and call this tool (all of them); empty: open to "
+            "every authenticated principal. Principals without scopes (static or ServiceAccount tokens) may "
+            "call every tool. Task methods stay owner-only whatever the scopes."
+        ),
+    )
+
+    @field_validator("required_scopes")
+    @classmethod
+    def _scope_tokens(cls, scopes: list[str]) -> list[str]:
+        for scope in scopes:
+            if not SCOPE_TOKEN.fullmatch(scope):
+                raise ValueError(f"requiredScopes: {scope!r} is not an OAuth scope token (RFC 6749 §3.3)")
+        return scopes
 
     @field_validator("input_schema")
     @classmethod
@@ -202,6 +223,11 @@ class ToolSpec:
     def execution(self) -> ExecutionSpec:
         """Execution policy and limits."""
         return self.manifest.execution
+
+    @property
+    def required_scopes(self) -> frozenset[str]:
+        """OAuth scopes a caller needs to see and call this tool (empty: every authenticated principal)."""
+        return frozenset(self.manifest.required_scopes)
 
     @property
     def warm(self) -> WarmSpec | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, Protocol
 
 import aiohttp
@@ -24,14 +23,15 @@ import jwt
 from aiohttp import web
 
 from mcp_tasks.gateway.auth import Authenticator, LocalAuthenticator, Unauthenticated
-from mcp_tasks.gateway.identity import audit, metadata
+from mcp_tasks.gateway.identity import audit, metadata, scopes
 from mcp_tasks.gateway.identity.oidc import OidcVerifier
 from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, Identity, Refused
 from mcp_tasks.gateway.identity.settings import AuthSettings
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import InvalidRequest
-from mcp_tasks.protocol.jsonrpc import error_response
+from mcp_tasks.protocol.jsonrpc import RequestId, error_response
+from mcp_tasks.tasks.interfaces import ToolCatalog
 from mcp_tasks.tasks.owner import LOCAL_OWNER
 
 logger = logging.getLogger("mcp_tasks.gateway.identity")
@@ -54,10 +54,6 @@ class TokenReviewer(Protocol):
         ...
 
 
-ScopeSource = Callable[[], Awaitable[Iterable[str]]]
-"""The scopes the tools of the catalog require (listed as `scopes_supported`)."""
-
-
 class Gate:
     """Every configured authentication mechanism, and the protected resource they guard.
 
@@ -67,7 +63,6 @@ class Gate:
         service_accounts: the `TokenReview` client, if ServiceAccount tokens are on.
         resource_name: `resource_name` of the metadata (the server's name).
         mcp_path: path of the MCP endpoint (the protected resource).
-        scopes: where the metadata's `scopes_supported` comes from (default: none listed).
     """
 
     def __init__(
@@ -78,14 +73,13 @@ class Gate:
         *,
         resource_name: str = "mcp-tasks",
         mcp_path: str = "/mcp",
-        scopes: ScopeSource | None = None,
     ) -> None:
         self.settings = settings
         self.static = static
         self.service_accounts = service_accounts
         self.resource_name = resource_name
         self.mcp_path = mcp_path
-        self.scopes = scopes
+        self.catalog: ToolCatalog | None = None  # set by `install`: the tools whose scopes are checked
         self._session: aiohttp.ClientSession | None = None
         self.oidc = OidcVerifier(settings, self._http) if settings.oidc_issuer else None
 
@@ -151,6 +145,25 @@ class Gate:
             return await self.service_accounts.review(token, audience)
         raise Refused("unknown_issuer", "the token's issuer is not trusted here")
 
+    def scope_refusal(
+        self, request: web.BaseRequest, tool_name: object, request_id: RequestId | None = None
+    ) -> web.Response | None:
+        """`403 insufficient_scope` when the request's principal lacks a scope `tool_name` requires, else None."""
+        identity = request.get(IDENTITY_KEY)
+        if identity is None or self.catalog is None:
+            return None
+        needed = scopes.missing(self.catalog, identity, tool_name)
+        if not needed:
+            return None
+        metrics.AUTH_REFUSALS.labels("insufficient_scope").inc()
+        message = f"Forbidden: tool {tool_name} needs the scopes {' '.join(sorted(needed))}; request a token with them"
+        response = json_response(error_response(request_id, InvalidRequest(message)), 403)
+        response.headers["WWW-Authenticate"] = metadata.challenge(
+            self.resource(request), error="insufficient_scope", description="the token lacks a scope", scope=needed
+        )
+        response.force_close()  # the body may not have been read
+        return response
+
     def refusal(self, request: web.BaseRequest, refused: Refused) -> web.Response:
         """The HTTP answer to a refused request: `401` + challenge, or `503` + `Retry-After`."""
         response = json_response(error_response(None, InvalidRequest(f"Unauthorized: {refused}")), refused.http_status)
@@ -167,14 +180,19 @@ class Gate:
 
     async def metadata_document(self, request: web.Request) -> web.Response:
         """`GET /.well-known/oauth-protected-resource[/mcp]` (RFC 9728 §3)."""
-        scopes = await self.scopes() if self.scopes is not None else ()
-        body = metadata.document(self.resource(request), self.settings.oidc_issuer, scopes, self.resource_name)
+        supported = scopes.all_scopes(self.catalog) if self.catalog is not None else frozenset()
+        body = metadata.document(self.resource(request), self.settings.oidc_issuer, supported, self.resource_name)
         # public and readable from browser-based clients (the Inspector); it holds nothing secret
         headers = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=300"}
         return web.json_response(body, headers=headers)
 
 
 GATE_KEY: Final = web.AppKey("identity_gate", Gate)
+
+
+def refuse_scope(request: web.Request, tool_name: object, request_id: RequestId | None = None) -> web.Response | None:
+    """The `403` for a `tools/call` of `tool_name` without its scopes, else None (see `scopes`)."""
+    return request.app[GATE_KEY].scope_refusal(request, tool_name, request_id)
 
 
 async def authenticate(request: web.Request) -> Identity | web.Response:
@@ -188,12 +206,16 @@ async def authenticate(request: web.Request) -> Identity | web.Response:
             logger.warning("a token could not be checked: its issuer did not answer")
         return gate.refusal(request, refused)
     request[IDENTITY_KEY] = identity
+    scopes.CURRENT.set(identity)  # for `tools/list`; `audit.middleware` unbinds it
     return identity
 
 
-def install(app: web.Application, gate: Gate) -> None:
-    """Serve the metadata routes, write the audit trail, and close the gate's client session with the app."""
+def install(app: web.Application, gate: Gate, catalog: ToolCatalog) -> None:
+    """Serve the metadata routes, write the audit trail, check `catalog`'s tool scopes, and close the gate's
+    client session with the app.
+    """
     app[GATE_KEY] = gate
+    gate.catalog = catalog
     app.middlewares.append(audit.middleware)
     for path in (metadata.METADATA_PATH, metadata.METADATA_PATH + gate.mcp_path):
         app.router.add_get(path, gate.metadata_document)
