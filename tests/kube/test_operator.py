@@ -348,7 +348,8 @@ async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_other
     operators.start()
     mcp = client(http_session, await gateways.start())
     once = await mcp.start_task("sleeper", {"seconds": 60})
-    again = await mcp.start_task("sleeper_idempotent", {"seconds": 2})
+    # long enough to outlive the delete of its Job even on a loaded machine (then it must run again)
+    again = await mcp.start_task("sleeper_idempotent", {"seconds": 8})
     for task_id in (once, again):
         await until(lambda t=task_id: bool(jobs_of(control_plane, namespace, t)))
         control_plane.kubectl("delete", "job", f"mcptask-{task_id}", "-n", namespace, "--cascade=background")
