@@ -48,3 +48,18 @@ async def test_refused_requests_are_counted_by_reason_and_not_audited(
     assert (await McpHttp(http_session, secured.url, token="nope").request("tools/call", {"name": "x"})).status == 401
     assert (refusals("missing_token"), refusals("invalid_token")) == (missing + 1, invalid + 1)
     assert not [record for record in caplog.records if record.name == "mcp_tasks.audit"]
+
+
+async def test_a_legacy_era_call_is_audited_with_its_tool_from_the_body(
+    secured: Embedded, http_session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2025-11-25 client sends no `Mcp-Name`; the audit line takes the tool from the parsed body."""
+    alice = McpHttp(http_session, secured.url, token="alice-token")
+    caplog.set_level(logging.INFO, logger="mcp_tasks.audit")
+    legacy = {"MCP-Protocol-Version": "2025-11-25", "Mcp-Method": None, "Mcp-Name": None}
+    reply = await alice.request(
+        "tools/call", {"name": "greet", "arguments": {"name": "Ada"}}, with_meta=False, headers=legacy
+    )
+    assert reply.status == 200, reply.body
+    lines = [record for record in caplog.records if record.name == "mcp_tasks.audit"]
+    assert [(r.method, r.tool, r.outcome) for r in lines] == [("tools/call", "greet", "ok")]  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from mcp_tasks.gateway.identity import scopes
-from mcp_tasks.gateway.identity.principal import IDENTITY_KEY
+from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY
 from mcp_tasks.gateway.responses import REQUEST_METHOD_KEY, RESPONSE_CODE_KEY
 from mcp_tasks.protocol import constants
 
@@ -82,7 +82,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         # the local principal of an unconfigured loopback server authenticated nothing: no trail to keep
         if identity is not None and identity.mechanism != "local" and method in AUDITED_METHODS:
             name = request.headers.get(constants.HEADER_NAME)
-            tool = name if method == constants.METHOD_TOOLS_CALL else None
+            tool = request.get(TOOL_KEY, name) if method == constants.METHOD_TOOLS_CALL else None
             task_id = name if method in constants.TASK_METHODS else None
             if task_id is None and response is not None and method == constants.METHOD_TOOLS_CALL:
                 task_id = _created_task(response)

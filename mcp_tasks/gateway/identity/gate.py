@@ -25,7 +25,7 @@ from aiohttp import web
 from mcp_tasks.gateway.auth import Authenticator, LocalAuthenticator, Unauthenticated
 from mcp_tasks.gateway.identity import audit, metadata, scopes
 from mcp_tasks.gateway.identity.oidc import OidcVerifier
-from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, Identity, Refused
+from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY, Identity, Refused
 from mcp_tasks.gateway.identity.settings import AuthSettings
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.observability import metrics
@@ -150,6 +150,8 @@ class Gate:
     ) -> web.Response | None:
         """`403 insufficient_scope` when the request's principal lacks a scope `tool_name` requires, else None."""
         identity = request.get(IDENTITY_KEY)
+        if isinstance(tool_name, str):
+            request[TOOL_KEY] = tool_name  # the body's name, once parsed, wins over the header for the audit
         if identity is None or self.catalog is None:
             return None
         needed = scopes.missing(self.catalog, identity, tool_name)

@@ -62,6 +62,9 @@ class Identity:
 IDENTITY_KEY: Final = web.RequestKey("mcp_identity", Identity)
 """Where `gate.authenticate` leaves the request's identity (for the audit line and per-tool scopes)."""
 
+TOOL_KEY: Final = web.RequestKey("mcp_tool", str)
+"""The tool a `tools/call` names, from its body (for the audit line of a legacy-era call, which has no `Mcp-Name`)."""
+
 
 class Refused(Exception):
     """A request is not authenticated (HTTP 401), or the issuer cannot be asked now (HTTP 503).
