@@ -43,6 +43,10 @@ _PENDING_DELETES_MAX: Final = 10_000
 """Task ids whose objects could not be deleted, kept to be deleted again at the next `delete_task`; past
 it the oldest are forgotten (a bucket lifecycle rule is the backstop, docs/kubernetes.md)."""
 
+_START_CHECK_S: Final = 5.0
+"""Deadline of the start-up check of the bucket, in seconds: a store that does not answer must not hold up
+the start of a gateway or operator (it is only logged)."""
+
 _RETRIES_PER_CALL: Final = 64
 """Earlier undeleted task ids retried by one `delete_task` call (bounds the extra work of one call)."""
 
@@ -115,7 +119,7 @@ class S3ArtifactStore:
             )
         )
         try:
-            async with self._deadline("check the bucket"):
+            async with self._deadline("check the bucket", _START_CHECK_S, bucket_check=True):
                 await self._client.head_bucket(Bucket=self.bucket)
         except StoreUnavailable as exc:
             refused = isinstance(exc.__cause__, ClientError)  # the store answered: missing bucket, credentials
@@ -137,21 +141,44 @@ class S3ArtifactStore:
         return self._client
 
     @contextlib.asynccontextmanager
-    async def _deadline(self, action: str) -> AsyncIterator[None]:
-        """Bound one operation by `s3_timeout_s` and turn the SDK's failures into `StoreUnavailable`."""
+    async def _deadline(
+        self, action: str, timeout_s: float | None = None, bucket_check: bool = False
+    ) -> AsyncIterator[None]:
+        """Bound one operation by `s3_timeout_s` (or the shorter `timeout_s`) and turn the SDK's failures
+        into `StoreUnavailable`.
+        """
+        limit_s = self.settings.s3_timeout_s if timeout_s is None else min(timeout_s, self.settings.s3_timeout_s)
         try:
-            async with asyncio.timeout(self.settings.s3_timeout_s):
+            async with asyncio.timeout(limit_s):
                 yield
         except ClientError as exc:
-            raise self._refused(exc, action) from exc
+            code = _error_code(exc)
+            if code in _NOT_FOUND and bucket_check:
+                code = "NoSuchBucket"  # HeadBucket answers a bare 404
+            elif code not in _NOT_FOUND | _NO_BUCKET | _REFUSED and await self._bucket_missing():
+                code = "NoSuchBucket"  # some S3-compatible servers answer InternalError for a missing bucket
+            raise self._refused(code, action) from exc
         except (BotoCoreError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise StoreUnavailable(
                 f"the artifact store {self.where} is unreachable ({type(exc).__name__}) while trying to "
                 f"{action}; check MCPTASKS_S3_ENDPOINT_URL and that the store is up"
             ) from exc
 
-    def _refused(self, exc: ClientError, action: str) -> StoreUnavailable:
-        code = _error_code(exc)
+    async def _bucket_missing(self) -> bool:
+        """Whether HeadBucket says the bucket does not exist (to explain an unspecific refusal)."""
+        client = self._client
+        if client is None:
+            return False
+        try:
+            async with asyncio.timeout(min(_START_CHECK_S, self.settings.s3_timeout_s)):
+                await client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            return _error_code(exc) in _NOT_FOUND | _NO_BUCKET
+        except (BotoCoreError, aiohttp.ClientError, TimeoutError, OSError):
+            return False
+        return False
+
+    def _refused(self, code: str, action: str) -> StoreUnavailable:
         if code in _NO_BUCKET:
             return StoreUnavailable(
                 f"the artifact bucket {self.bucket!r} does not exist (MCPTASKS_S3_BUCKET) while trying to "
