@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 
-from tests.controlplane.cluster import free_port
+from tests.controlplane.cluster import free_port, wait_until
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 START_TIMEOUT_S = 60.0
@@ -100,15 +99,22 @@ class Hydra:
             [str(self.binary), "serve", "all", "--dev", "--sqa-opt-out"], env=env, stdout=log, stderr=log
         )
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"hydra exited with {self._process.returncode}; see {self.log_path}")
-            if self._serving():
-                return
-            time.sleep(0.1)  # another process's readiness: nothing to wait on but its answers
-        self.stop()
-        raise TimeoutError(f"hydra did not serve its keys within {START_TIMEOUT_S:g} s; see {self.log_path}")
+        process = self._process
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"hydra exited with {process.returncode}; see {self.log_path}")
+            return self._serving()
+
+        try:
+            wait_until(
+                ready,
+                START_TIMEOUT_S,
+                lambda: f"hydra did not serve its keys within {START_TIMEOUT_S:g} s; see {self.log_path}",
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def _serving(self) -> bool:
         """Ready, with signing keys. Keys are made on the first JWKS read: one read at a time, since each
