@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mcp_tasks.store.settings import ArtifactSettings
-from tests.controlplane.cluster import free_port
+from tests.controlplane.cluster import free_port, wait_until
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -184,15 +183,23 @@ class S3Server:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=environment
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
         probe = "readiness-probe"  # one bucket for every start: a bucket is a collection of volumes
-        while not self._probe(probe):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"weed server exited with {self.process.returncode}:\n{self.log()[-4000:]}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"weed server not ready within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}")
-            time.sleep(0.2)  # polling another process's readiness: nothing tells us of it
+        process = self.process
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"weed server exited with {process.returncode}:\n{self.log()[-4000:]}")
+            return self._probe(probe)
+
+        try:
+            wait_until(
+                ready,
+                START_TIMEOUT_S,
+                lambda: f"weed server not ready within {START_TIMEOUT_S} s:\n{self.log()[-4000:]}",
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def _probe(self, bucket: str) -> bool:
         """A bucket made, an object written and read back: the whole write path is up (filer, volumes).
