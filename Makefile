@@ -43,7 +43,7 @@ objectstore:
 	else echo "Go not found: the tests that need an S3-compatible server will be skipped"; fi
 
 pytest: install controlplane objectstore
-	timeout 1800 $(BIN)/pytest -q
+	timeout 2700 $(BIN)/pytest -q
 
 conformance: install controlplane
 	timeout 1200 bash conformance/run.sh
