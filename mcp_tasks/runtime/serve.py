@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, NoReturn
+from urllib.parse import parse_qs
 
 from mcp_tasks.runtime import contract
 from mcp_tasks.runtime.tool import (
@@ -213,15 +214,12 @@ class _Handler(BaseHTTPRequestHandler):
         running after up to `S` seconds (202, default 5, at most 10), or unknown here (404).
         """
         execution_id, _, query = target.partition("?")
-        wait_s = 5.0
-        for pair in query.split("&"):
-            key, _, value = pair.partition("=")
-            if key == "waitSeconds":
-                try:
-                    wait_s = min(max(float(value), 0.0), _MAX_REATTACH_WAIT_S)
-                except ValueError:
-                    self._json(400, {"message": "waitSeconds must be a number"})
-                    return
+        asked = parse_qs(query, keep_blank_values=True).get("waitSeconds", ["5"])[-1]
+        try:
+            wait_s = min(max(float(asked), 0.0), _MAX_REATTACH_WAIT_S)
+        except ValueError:
+            self._json(400, {"message": "waitSeconds must be a number"})
+            return
         state, final = self.server.reattach(execution_id, wait_s)
         if state == "final" and final is not None:
             self._json(200, final)
