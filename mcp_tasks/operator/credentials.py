@@ -8,8 +8,8 @@ the Job `mcptask-<taskId>`, which is controlled by the McpTask of that id. Only 
 task's. A verified token is remembered for `VERIFIED_FOR_S`, so a tool's calls cost one review a
 minute, not one each. The whole verification is bounded (`REVIEW_TIMEOUT_S`), so a slow API server
 refuses a worker call (as for an unknown token) instead of hanging it. The operator needs `create
-tokenreviews` (the `system:auth-delegator` ClusterRole) and `get` on pods and Jobs, and no access to
-Secrets at all (docs/kubernetes.md).
+tokenreviews` (the chart's tokenreview ClusterRole, nothing else cluster-wide) and `get` on pods and
+Jobs, and no access to Secrets at all (docs/kubernetes.md).
 """
 
 from __future__ import annotations

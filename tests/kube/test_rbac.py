@@ -1,7 +1,8 @@
 """The Helm chart's least-privilege Roles are enough to run the product, and no more.
 
-The chart's `templates/rbac.yaml`, rendered by the real `helm template`, is applied to a fresh namespace;
-the gateway and the operator then run with real ServiceAccount tokens (TokenRequest) bound to those Roles.
+The chart's `templates/rbac.yaml` and the operator's admission policy, rendered by the real `helm template`,
+are applied to a fresh namespace; the gateway and the operator then run with real ServiceAccount tokens
+(TokenRequest) bound to those Roles, the operator's writes (Jobs, warm workers) judged by that policy.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.controlplane.cluster import REPO, ControlPlane
 from tests.kube.conftest import Gateways, Operators, client, until
@@ -51,6 +53,7 @@ def can(plane: ControlPlane, kubeconfig: Path, *action: str) -> bool:
 
 
 async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
+    monkeypatch: pytest.MonkeyPatch,
     gateways: Gateways,
     operators: Operators,
     http_session: aiohttp.ClientSession,
@@ -66,6 +69,8 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
         namespace,
         "--show-only",
         "templates/rbac.yaml",
+        "--show-only",
+        "templates/operator-admission-policy.yaml",
         "--set",
         "auth.existingSecret=tokens",
     )
@@ -85,7 +90,11 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
             control_plane, operator_config, "patch", kind
         )
     assert not can(control_plane, gateway_config, "create", "deployments")
+    assert can(control_plane, operator_config, "create", "tokenreviews")
+    assert not can(control_plane, operator_config, "create", "subjectaccessreviews")
+    assert not can(control_plane, gateway_config, "create", "tokenreviews")  # only with serviceAccountTokens
 
+    monkeypatch.setenv("MCPTASKS_INSTANCE", "r")  # as the chart sets it: the policy admits release "r"'s objects
     operators.start(kubeconfig=operator_config)
     mcp = client(http_session, await gateways.start(kubeconfig=gateway_config))
     asked = await mcp.start_task("confirm_delete", {"filename": "a.txt"})
