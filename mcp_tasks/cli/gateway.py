@@ -119,7 +119,6 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     Raises:
         SettingsError: no Kubernetes configuration, or a bad token file.
     """
-    observability.install()
     kube = settings.kubernetes
     cluster = await connect(kube)
     data_dir = settings.serve.data_dir.resolve()
@@ -129,6 +128,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     store = KubernetesTaskStore(
         cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s, full_objects=kube.cache_full_objects
     )
+    observability.record_writes(store)
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
     artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     runner = LocalRunner(store, catalog, artifacts, utc_now, settings.runner) if kube.runner == "local" else None

@@ -60,13 +60,13 @@ def load_request_state_key(data_dir: Path) -> bytes:
 
 def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     """Create the embedded server's application and runner (nothing is opened until the app starts)."""
-    observability.install()
     serve = settings.serve
     data_dir = serve.data_dir.resolve()
     gateway_settings = replace(
         settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
     )
     store = SqliteTaskStore(data_dir / "tasks.sqlite3")
+    observability.record_writes(store)
     catalog = FileToolCatalog(serve.tools_dirs)
     artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     runner = LocalRunner(

@@ -68,7 +68,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.inline import call_outcome, hidden, keep_watching
-from mcp_tasks.tasks.interfaces import Writer, notify_written, transact
+from mcp_tasks.tasks.interfaces import Writer, transact
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
@@ -147,13 +147,10 @@ async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, se
                 created = await services.store.create(dataclasses.replace(fresh, task_id=task_id))
             except VersionConflict:
                 continue
-            notify_written(None, created)
             return created
     if session is not None:
         logger.info("legacy call %r: every derived task id of its session is taken; it gets a random one", request_id)
-    created = await services.store.create(fresh)
-    notify_written(None, created)
-    return created
+    return await services.store.create(fresh)
 
 
 CANCELLED_BY_CLIENT: Final = "notifications/cancelled"

@@ -23,7 +23,7 @@ from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequired
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded, notify_written
+from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
@@ -235,6 +235,5 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
             stored = await ctx.services.store.create(dataclasses.replace(record, traceparent=traceparent))
         except VersionConflict:  # the same final round again: hand back the task it already created
             return ctx.complete((await ctx.services.store.get(task_id, ctx.owner)).to_created_result().to_wire())
-    notify_written(None, stored)
     logger.info("task created", extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash})
     return ctx.complete(stored.to_created_result().to_wire())

@@ -101,7 +101,7 @@ def method_label(method: str | None, served: Iterable[str]) -> str:
 
 
 def record_write(before: TaskRecord | None, after: TaskRecord) -> None:
-    """The write observer (`tasks.interfaces.add_write_observer`): creations, transitions and timings."""
+    """A task store's write observer (`observability.record_writes`): creations, transitions and timings."""
     tool = after.tool
     if before is None:
         TASKS_CREATED.labels(tool).inc()

@@ -22,7 +22,7 @@ import kopf
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from mcp_tasks import aio
+from mcp_tasks import aio, observability
 from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
@@ -36,7 +36,7 @@ from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.tasks.errors import StoreUnavailable
-from mcp_tasks.tasks.interfaces import ArtifactStore, add_write_observer, utc_now
+from mcp_tasks.tasks.interfaces import ArtifactStore, utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import ChainedLookup, Execution
@@ -123,6 +123,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         # full_objects=0: the operator reads no results; finished tasks are kept as summaries only
         store = KubernetesTaskStore(api, namespace, utc_now, wiring.watch_timeout_s, full_objects=0)
         stack.push_async_callback(store.aclose)
+        stack.callback(observability.record_writes(store))
         catalog = KubernetesToolCatalog(api, namespace, wiring.watch_timeout_s)
         stack.push_async_callback(catalog.aclose)
         artifacts = wiring.artifacts
@@ -139,7 +140,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         recorder = EventRecorder(api, namespace, store)
         recorder.start()
         stack.push_async_callback(recorder.aclose)
-        stack.callback(add_write_observer(recorder.observe))
+        stack.callback(store.observe(recorder.observe))
         reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
         store.add_change_listener(reconciler.queue.add)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)

@@ -106,7 +106,7 @@ class EventRecorder:
         self._writer: asyncio.Task[None] | None = None
 
     def observe(self, before: TaskRecord | None, after: TaskRecord) -> None:
-        """A write observer (`add_write_observer`): emit the events of this write."""
+        """A write observer of the task store (`TaskStore.observe`): emit the events of this write."""
         for event in events_for(before, after):
             self.emit(event)
 

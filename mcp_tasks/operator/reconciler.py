@@ -45,7 +45,7 @@ from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
 from mcp_tasks.store.kubernetes.watch import list_pages
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, notify_written, transact
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -235,7 +235,6 @@ class Reconciler:
             return None
         except (IllegalTransition, TaskNotFound):
             return None
-        notify_written(record, written)
         logger.info("task %s: %s", record.task_id, why)
         return written
 

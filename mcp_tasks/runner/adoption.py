@@ -83,7 +83,7 @@ class Adoption:
         if not on_pod and (running.worker_port != ctx.port or not identity.is_alive(running.pid, running.identity)):
             return None
         taken = transitions.adopt(record, ctx.holder, ctx.clock(), ctx.lease, tool.execution.ttl_ms)
-        adopted = await ctx.write(record, taken)
+        adopted = await ctx.write(taken)
         execution = ctx.task_execution(adopted, running.execution_id)
         ctx.executions.add(execution)
         self.supervisor.supervise(adopted, running, execution)

@@ -186,24 +186,24 @@ class Claimer:
             await self.adoption.stop_orphan(record, tool)
             if transitions.is_abandoned(record, now):  # a hidden task whose caller died with the last runner
                 logger.warning("task %s: its caller is gone; cancelled instead of run", record.task_id)
-                await ctx.write(record, transitions.cancel(record, now, transitions.ABANDONED_MESSAGE))
+                await ctx.write(transitions.cancel(record, now, transitions.ABANDONED_MESSAGE))
                 return None
             if record.cancel_requested_at is not None:
-                await ctx.write(record, transitions.cancel(record, now))
+                await ctx.write(transitions.cancel(record, now))
                 return None
             if tool is None:
                 message = f"Tool {record.tool!r} is no longer declared; the task cannot run"
-                await ctx.write(record, transitions.failing(message, "ToolRemoved")(record, now))
+                await ctx.write(transitions.failing(message, "ToolRemoved")(record, now))
                 return None
             if record.lease is not None:  # a previous worker held it and is gone
                 why = f"its worker {record.lease.holder} was lost"
                 lost = transitions.after_lost_run(record, now, tool.execution.idempotent, why)
                 if lost.status.is_terminal:
-                    await ctx.write(record, lost)
+                    await ctx.write(lost)
                     logger.error("task %s lost its worker; failed (%s)", record.task_id, lost.status_message)
                     return None
                 logger.warning("task %s lost its worker; re-running (idempotent tool)", record.task_id)
-                return await ctx.write(record, transitions.claim(lost, ctx.holder, now, ctx.lease, retention_ms))
-            return await ctx.write(record, transitions.claim(record, ctx.holder, now, ctx.lease, retention_ms))
+                return await ctx.write(transitions.claim(lost, ctx.holder, now, ctx.lease, retention_ms))
+            return await ctx.write(transitions.claim(record, ctx.holder, now, ctx.lease, retention_ms))
         except (VersionConflict, TaskNotFound, IllegalTransition):
             return None  # another runner moved first

@@ -19,7 +19,7 @@ from typing import Final
 from mcp_tasks.runner.settings import RunnerSettings
 from mcp_tasks.runner.tokens import WorkerTokens
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, Writer, notify_written, transact
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.channel import Transition, WorkerChannel
 from mcp_tasks.worker.executions import Execution, ExecutionTable
@@ -93,15 +93,13 @@ class RunContext:
             token=self.tokens.token_for(execution_id),
         )
 
-    async def write(self, before: TaskRecord, updated: TaskRecord) -> TaskRecord:
-        """`compare_and_swap(updated)` as the executor, reported to the write observers (metrics).
+    async def write(self, updated: TaskRecord) -> TaskRecord:
+        """`compare_and_swap(updated)` as the executor (the store tells its write observers).
 
         Raises:
             VersionConflict, TaskNotFound, StoreUnavailable: from the store.
         """
-        written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
-        notify_written(before, written)
-        return written
+        return await self.store.compare_and_swap(updated, Writer.EXECUTOR)
 
     async def finish_if_running(self, task_id: str, change: Transition) -> None:
         """Apply `change` (a terminal transition) unless the task already ended; a task gone is left gone.

@@ -196,7 +196,7 @@ class Supervisor:
                     return False
                 renewed = transitions.renew(record, self.ctx.holder, now, self.ctx.lease, tool.execution.ttl_ms)
                 with contextlib.suppress(VersionConflict):  # the client wrote meanwhile: read again
-                    await self.ctx.write(record, renewed)
+                    await self.ctx.write(renewed)
 
     async def recorded(self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution) -> None:
         """`_record_process`, and a server stopping meanwhile stops the run it started (as `follow` would)."""

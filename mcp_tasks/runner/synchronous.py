@@ -20,7 +20,7 @@ from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
 from mcp_tasks.runner.supervision import Supervisor
 from mcp_tasks.tasks import inline, results, transitions
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
-from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded, notify_written
+from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError
@@ -163,7 +163,6 @@ class SynchronousRuns:
         if offered:
             parked = transitions.answer_input_requests(parked, offered, now)
         stored = await ctx.store.create(parked)
-        notify_written(None, stored)
         execution.task_id = stored.task_id
         execution.settle(AskedForInput(stored.task_id))
         logger.info(

@@ -30,7 +30,6 @@ from mcp_tasks.tasks.interfaces import (
     ProgressSink,
     TaskStore,
     Writer,
-    notify_written,
     transact,
 )
 from mcp_tasks.tasks.record import TaskRecord
@@ -156,7 +155,6 @@ class TaskBackedExecutor:
             call.client_capabilities,
         )
         record = await self.store.create(hidden(fresh, self.watch_s))
-        notify_written(None, record)
         timeout_s = tool.execution.sync_timeout_seconds
         deadline = asyncio.get_running_loop().time() + timeout_s
         offered = dict(call.input_responses)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
 T = TypeVar("T")
-logger = logging.getLogger("mcp_tasks.tasks")
 
 
 class Clock(Protocol):
@@ -132,6 +130,16 @@ class TaskStore(Protocol):
         """Return when a task may have been created, or after `timeout_s` seconds."""
         ...
 
+    def observe(self, observer: WriteObserver) -> Callable[[], None]:
+        """Call `observer(before, after)` after each write this store makes durable (`create`: `before` is
+        `None`; `compare_and_swap`: the record at the version it replaced); returns its remover.
+
+        Registered where the store is composed (metrics, Events), so no writer has to report its writes.
+        Observers run on the writer's task once the write is durable; one that raises is logged and does
+        not fail the write.
+        """
+        ...
+
 
 class ToolCatalog(Protocol):
     """The declared tools (McpTool manifests), in a deterministic order."""
@@ -226,29 +234,9 @@ class ToolExecutor(Protocol):
 
 
 WriteObserver = Callable[[TaskRecord | None, TaskRecord], None]
-"""Called with (the record before, the record as written) after each durable write; `None` before a create."""
+"""Called with (the record before, the record as written) after each durable write; `None` before a create.
 
-_write_observers: list[WriteObserver] = []
-
-
-def add_write_observer(observer: WriteObserver) -> Callable[[], None]:
-    """Call `observer` after every task write this process makes (metrics, events); returns its remover.
-
-    Writers report through `notify_written`: `transact` does for every read-modify-write, and the
-    few direct `create`/`compare_and_swap` callers do themselves. An observer must be quick and must
-    not raise; one that raises is logged and skipped.
-    """
-    _write_observers.append(observer)
-    return lambda: _write_observers.remove(observer) if observer in _write_observers else None
-
-
-def notify_written(before: TaskRecord | None, after: TaskRecord) -> None:
-    """Tell the write observers that `after` was durably written (created when `before` is `None`)."""
-    for observer in tuple(_write_observers):
-        try:
-            observer(before, after)
-        except Exception:
-            logger.exception("task write observer %r failed", observer)
+Registered on the store that makes the writes (`TaskStore.observe`), which calls it itself."""
 
 
 _BACKOFF_BASE_S = 0.001  # first retry waits up to 2 ms
@@ -294,7 +282,6 @@ async def transact(
             written = await store.compare_and_swap(updated, writer)
         except VersionConflict:
             continue
-        notify_written(current, written)
         return written, value
     raise VersionConflict(f"task {task_id}: too many concurrent writers, try again")
 
@@ -313,8 +300,6 @@ __all__ = [
     "Unfinished",
     "WriteObserver",
     "Writer",
-    "add_write_observer",
-    "notify_written",
     "transact",
     "utc_now",
 ]

@@ -22,7 +22,7 @@ from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound, VersionConflict
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, notify_written, transact
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
@@ -109,9 +109,7 @@ class WorkerChannel:
                 updated = change(current, self.clock())
                 if updated is current:
                     return current
-                written = await self.store.compare_and_swap(updated, Writer.EXECUTOR)
-                notify_written(current, written)
-                return written
+                return await self.store.compare_and_swap(updated, Writer.EXECUTOR)
             except VersionConflict:
                 record, _ = await transact(
                     self.store, task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR

@@ -18,7 +18,6 @@ from multidict import CIMultiDict
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks.interfaces import add_write_observer
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, serving
 
@@ -160,7 +159,7 @@ async def test_a_run_whose_client_never_comes_back_is_stopped(
         if after.status.is_terminal:
             ended.set()
 
-    remove = add_write_observer(observe)
+    remove = short_rounds.store.observe(observe)
     try:
         mcp = McpHttp(http_session, short_rounds.url)
         await mcp.call_tool("asker", {}, caps=FORM_CAPS)

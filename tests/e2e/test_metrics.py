@@ -9,7 +9,6 @@ import pytest
 
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.protocol.models import TaskStatus
-from mcp_tasks.tasks.interfaces import add_write_observer
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, until
 from tests.metrics import Samples, scrape, value
@@ -90,7 +89,7 @@ async def test_input_waits_and_open_streams_are_measured(
             waits.append((after.last_updated_at - before.last_updated_at).total_seconds())
 
     before = await scrape(http_session, metrics_url)
-    remove = add_write_observer(observe)
+    remove = embedded.store.observe(observe)
     try:
         task_id = await mcp.start_task("hello_world")
         await mcp.wait_status(task_id, "input_required")

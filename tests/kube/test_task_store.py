@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.models import TaskStatus
@@ -329,4 +331,45 @@ async def test_finished_tasks_beyond_the_recent_ones_are_cached_as_summaries_and
             "a write without managedFields leaves the server's field ownership in place"
         )
     finally:
+        await store.aclose()
+
+
+async def test_each_write_is_told_to_the_observers_of_the_store_that_made_it(
+    api_client: ApiClient, control_plane: ControlPlane, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`(None, created)` after the 201, `(before, written)` after each accepted PUT (spec or status); an
+    observer that raises is logged and fails no write; another replica's store does not tell of them."""
+    store = KubernetesTaskStore(api_client, namespace)
+    other = KubernetesTaskStore(api_client, namespace)
+    await store.open()
+    await other.open()
+    heard: list[tuple[TaskRecord | None, TaskRecord]] = []
+    elsewhere: list[TaskRecord] = []
+
+    def broken(before: TaskRecord | None, after: TaskRecord) -> None:
+        raise RuntimeError("observer bug")
+
+    store.observe(broken)
+    store.observe(lambda before, after: heard.append((before, after)))
+    other.observe(lambda before, after: elsewhere.append(after))
+    try:
+        with caplog.at_level(logging.ERROR, logger="mcp_tasks.store"):
+            created = await store.create(_new_record())
+            asked = await ask(store, created.task_id, ["q"])  # executor: the status subresource
+            answer = {"q": {"action": "accept", "content": {}}}
+            answered, _ = await transact(  # client: spec
+                store,
+                created.task_id,
+                lambda r: (transitions.answer_input_requests(r, answer, utc_now()), None),
+                Writer.CLIENT,
+            )
+        assert heard == [(None, created), (created, asked), (asked, answered)]
+        assert answered.status is TaskStatus.WORKING and answered.version != asked.version
+        stored = get_object(control_plane, namespace, created.task_id)
+        assert stored is not None and stored["spec"]["inputResponses"] == answer, "every write stood"
+        assert [r.getMessage() for r in caplog.records].count(f"task write observer {broken!r} failed") == 3
+        await until(lambda: getattr(other._cache.get(created.task_id), "version", None) == answered.version)
+        assert elsewhere == [], "a store tells of its own writes, not of what its watch sees"
+    finally:
+        await other.aclose()
         await store.aclose()

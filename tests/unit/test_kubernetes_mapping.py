@@ -58,10 +58,10 @@ def _step(obj: JsonObject, change: Step, side: str) -> tuple[JsonObject, TaskRec
     before = mapping.to_record(obj)
     after = change(before)
     writer = Writer.CLIENT if side == "spec" else Writer.EXECUTOR
-    plan = mapping.plan_write(obj, after, writer)
+    plan = mapping.plan_write(mapping.parse(obj), after, writer)
     other = Writer.EXECUTOR if writer is Writer.CLIENT else Writer.CLIENT
     with pytest.raises(WrongWriter):  # the caller names the writer; the other one is refused
-        mapping.plan_write(obj, after, other)
+        mapping.plan_write(mapping.parse(obj), after, other)
     written = [name for name in ("spec", "status") if getattr(plan, name) is not None]
     assert written == [side], f"expected one {side} write, planned {written}"
     stored = _apply(obj, plan)
@@ -128,9 +128,11 @@ def test_fields_fixed_at_creation_cannot_change() -> None:
     obj = _fresh()
     record = mapping.to_record(obj)
     with pytest.raises(ImmutableFieldChanged):
-        mapping.plan_write(obj, dataclasses.replace(record, arguments={"n": 2}), Writer.CLIENT)
+        mapping.plan_write(mapping.parse(obj), dataclasses.replace(record, arguments={"n": 2}), Writer.CLIENT)
     with pytest.raises(ImmutableFieldChanged):
-        mapping.plan_write(obj, dataclasses.replace(record, owner=Owner("evil", "alice")), Writer.EXECUTOR)
+        mapping.plan_write(
+            mapping.parse(obj), dataclasses.replace(record, owner=Owner("evil", "alice")), Writer.EXECUTOR
+        )
 
 
 def test_tenants_that_are_not_label_values_are_hashed() -> None:

@@ -103,7 +103,7 @@ def test_conditions_ride_in_the_status_write_of_each_transition() -> None:
     obj = mapping.new_object(record, "ns")
     obj["metadata"].update(resourceVersion="1", generation=1)
     claimed = transitions.claim(dataclasses.replace(record, version="1"), "runner", NOW, timedelta(seconds=30), 60_000)
-    plan = mapping.plan_write(obj, claimed, Writer.EXECUTOR)
+    plan = mapping.plan_write(mapping.parse(obj), claimed, Writer.EXECUTOR)
     assert plan.spec is None and plan.status is not None
     by_type = {c.type: c for c in plan.status.conditions}
     assert by_type["Started"].status == "True" and by_type["Finished"].status == "False"

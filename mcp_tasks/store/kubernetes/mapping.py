@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
@@ -109,15 +110,40 @@ def parse_status(obj: JsonObject) -> McpTaskStatus:
     return McpTaskStatus.model_validate(obj.get("status") or {})
 
 
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """One McpTask object at one `resourceVersion`, parsed once: its `spec` and `status` models, its
+    `metadata.generation`, and the task record they view. The store keeps it beside the cached object,
+    and `plan_write` plans a change against it (no re-parse per write).
+    """
+
+    spec: McpTaskSpec
+    status: McpTaskStatus
+    generation: int
+    record: TaskRecord
+
+
+def parse(obj: JsonObject) -> Parsed:
+    """Parse an McpTask object (see the module docstring for the view rules).
+
+    Raises:
+        pydantic.ValidationError: the object is not a well-formed McpTask.
+        KeyError: it has no `metadata.name` or `metadata.resourceVersion`.
+    """
+    spec = parse_spec(obj)
+    status = parse_status(obj)
+    metadata = obj["metadata"]
+    record = _view(str(metadata["name"]), str(metadata["resourceVersion"]), spec, status)
+    return Parsed(spec, status, int(metadata.get("generation") or 0), record)
+
+
 def to_record(obj: JsonObject) -> TaskRecord:
-    """The task record an McpTask object represents (see the module docstring for the view rules).
+    """The task record an McpTask object represents (`parse(obj).record`).
 
     Raises:
         pydantic.ValidationError: the object is not a well-formed McpTask.
     """
-    spec = parse_spec(obj)
-    status = parse_status(obj)
-    return _view(str(obj["metadata"]["name"]), str(obj["metadata"]["resourceVersion"]), spec, status)
+    return parse(obj).record
 
 
 def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> TaskRecord:
@@ -213,25 +239,42 @@ def _comparable(record: TaskRecord) -> TaskRecord:
     )
 
 
-def plan_write(obj: JsonObject, record: TaskRecord, writer: Writer) -> WritePlan:
-    """The write that stores `record`, `writer`'s change of the task `obj` currently holds.
+_FIXED_AT_CREATION: Final = ("owner", "tool", "arguments", "poll_interval_ms", "pre_input_responses", "traceparent")
+"""Record fields no write may change once the McpTask exists (and `created_at`, at storage precision)."""
+
+
+def plan_write(current: Parsed, record: TaskRecord, writer: Writer) -> WritePlan:
+    """The write that stores `record`, `writer`'s change of the task as `current` holds it.
 
     A client's change (answers, cancel requests, an input round's capabilities and watch) lands in
     `spec`; an executor's in the status subresource. So each record change is one compare-and-swap
-    write, to the part its writer owns.
+    write, to the part its writer owns. Both are checked on the parsed form: the spec the record asks
+    for, viewed with the stored status, must give the record back (a client write), or equal the stored
+    spec (an executor write).
 
     Raises:
         ImmutableFieldChanged: the change touches a field fixed at creation.
         WrongWriter: a client change that needs a status write, or an executor change of `spec`.
     """
-    spec = parse_spec(obj)
-    status = parse_status(obj)
-    fixed = spec_for_new(record)
-    fixed_at_creation = ("owner", "tool", "arguments", "created_at", "poll_interval_ms", "pre_input_responses")
-    for name in (*fixed_at_creation, "traceparent"):
-        if getattr(fixed, name) != getattr(spec, name):
+    before = current.record
+    for name in _FIXED_AT_CREATION:
+        if getattr(record, name) != getattr(before, name):
             raise ImmutableFieldChanged(f"task {record.task_id}: {name} is fixed at creation")
+    if iso_ms(record.created_at) != iso_ms(before.created_at):
+        raise ImmutableFieldChanged(f"task {record.task_id}: created_at is fixed at creation")
+    new_spec = _client_spec(current.spec, record)
+    if writer is Writer.CLIENT:
+        viewed = _view(record.task_id, record.version, new_spec, current.status)
+        if _comparable(viewed) != _comparable(record):
+            raise WrongWriter(f"task {record.task_id}: a client write changed what the executor reports (status)")
+        return WritePlan(spec=None if new_spec == current.spec else new_spec, status=None)
+    if new_spec != current.spec:
+        raise WrongWriter(f"task {record.task_id}: an executor write changed the client's intent (spec)")
+    return WritePlan(spec=None, status=_executor_status(current, record))
 
+
+def _client_spec(spec: McpTaskSpec, record: TaskRecord) -> McpTaskSpec:
+    """`spec` with the client intent `record` holds: answers, the caller's watch and capabilities, a cancel."""
     answers = {**spec.input_responses, **record.input_responses}
     update: dict[str, object] = {
         "input_responses": answers,
@@ -248,26 +291,22 @@ def plan_write(obj: JsonObject, record: TaskRecord, writer: Writer) -> WritePlan
             cancel_requested_at=_opt_iso(record.cancel_requested_at),
             cancel_requested_by=record.cancel_requested_by,
         )
-    new_spec = spec.model_copy(update=update)
-    spec_changed = new_spec != spec
-    name, version = record.task_id, record.version
-    if writer is Writer.CLIENT:
-        if _comparable(_view(name, version, new_spec, status)) != _comparable(record):
-            raise WrongWriter(f"task {name}: a client write changed what the executor reports (status)")
-        return WritePlan(spec=new_spec if spec_changed else None, status=None)
-    if spec_changed:
-        raise WrongWriter(f"task {name}: an executor write changed the client's intent (spec)")
+    return spec.model_copy(update=update)
 
-    kept_requests = {key: status.input_requests[key] for key in record.input_responses if key in status.input_requests}
+
+def _executor_status(current: Parsed, record: TaskRecord) -> McpTaskStatus:
+    """The status subresource that stores what `record` reports, keeping answered-but-unconsumed requests."""
+    stored = current.status
+    kept_requests = {key: stored.input_requests[key] for key in record.input_responses if key in stored.input_requests}
     phase = record.status
     if kept_requests and phase is TaskStatus.WORKING:
         phase = TaskStatus.INPUT_REQUIRED  # answered, not yet consumed: reads as `working` (see _view)
-    new_status = McpTaskStatus(
+    return McpTaskStatus(
         task_status=phase,
         status_message=record.status_message,
         progress=record.progress,
         last_updated_at=iso_ms(record.last_updated_at),
-        ttl_ms=None if record.ttl_ms == new_spec.ttl_ms else record.ttl_ms,
+        ttl_ms=None if record.ttl_ms == current.spec.ttl_ms else record.ttl_ms,
         input_requests={**kept_requests, **record.input_requests},
         issued_input_keys=list(record.issued_input_keys),
         result=record.result,
@@ -276,6 +315,5 @@ def plan_write(obj: JsonObject, record: TaskRecord, writer: Writer) -> WritePlan
         attempt=record.attempt,
         input_wait_ms=record.input_wait_ms,
         input_required_since=_opt_iso(record.input_required_since),
-        conditions=conditions.task_conditions(record, status.conditions, int(obj["metadata"].get("generation") or 0)),
+        conditions=conditions.task_conditions(record, stored.conditions, current.generation),
     )
-    return WritePlan(spec=None, status=new_status)

@@ -15,6 +15,8 @@
   main resource for client intent (`spec`) or to the status subresource for what the executor observed
   (`status`); see `mapping.plan_write`. A `409 Conflict` becomes `VersionConflict`, which
   `tasks.interfaces.transact` retries a bounded number of times.
+- After each write the API server accepted, the store tells its write observers (`observe`): writes
+  this store made, not what its watch sees other replicas write.
 
 Every request goes through the API edge (`client.call`), which bounds it and maps API errors; here a
 404 becomes `TaskNotFound` and a 409 `VersionConflict`.
@@ -43,8 +45,9 @@ from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import client, mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
+from mcp_tasks.store.observers import WriteObservers
 from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, UnstorableValue, VersionConflict
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
@@ -89,7 +92,7 @@ class _Entry:
     expires_at: float  # createdAt + ttlMs, Unix seconds; only meaningful once finished
     obj: JsonObject | None = None
     summary: bytes | None = None
-    record: TaskRecord | None = None  # of `obj`, decoded lazily, once per resourceVersion
+    parsed: mapping.Parsed | None = None  # of `obj`, parsed lazily, once per resourceVersion
 
     def view(self) -> JsonObject:
         """The object as far as it is kept: whole when it is, else its summary."""
@@ -155,6 +158,7 @@ class KubernetesTaskStore:
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()  # tombstones
         self._full_objects = full_objects
         self._feed = ChangeFeed()
+        self._observers = WriteObservers()
         self._listeners: list[Callable[[str], None]] = []
         self.conflicts = 0
         """Compare-and-swap writes that lost to a concurrent writer (observability)."""
@@ -258,7 +262,7 @@ class KubernetesTaskStore:
             oldest, _ = self._recent.popitem(last=False)
             entry = self._cache.get(oldest)
             if entry is not None and entry.finished:
-                entry.obj, entry.record = None, None
+                entry.obj, entry.parsed = None, None
 
     def add_change_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call `listener(task_id)` for every McpTask this store sees change (watch events, its own
@@ -266,6 +270,12 @@ class KubernetesTaskStore:
         """
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def observe(self, observer: WriteObserver) -> Callable[[], None]:
+        """Call `observer(before, after)` after each write of this store the API server accepted
+        (`TaskStore.observe`); returns its remover. Other replicas' writes, seen by the watch, are not told.
+        """
+        return self._observers.add(observer)
 
     def _notify(self, names: Sequence[str], created: bool = False) -> None:
         self._feed.changed(names)
@@ -276,24 +286,32 @@ class KubernetesTaskStore:
             self._feed.created()
 
     def _decode(self, entry: _Entry) -> TaskRecord:
-        """The record of a cached object, decoded once per resourceVersion while it is kept whole
-        (a summary is decoded each time: it lacks arguments, answers and result).
+        """The record of a cached object (`_parse`).
 
         Raises:
             TaskNotFound: the object is not a well-formed McpTask (edited by hand?); it is logged.
         """
-        if entry.record is not None:
-            return entry.record
+        return self._parse(entry).record
+
+    def _parse(self, entry: _Entry) -> mapping.Parsed:
+        """A cached object parsed, once per resourceVersion while it is kept whole (a summary is parsed
+        each time: it lacks arguments, answers and result).
+
+        Raises:
+            TaskNotFound: the object is not a well-formed McpTask (edited by hand?); it is logged.
+        """
+        if entry.parsed is not None:
+            return entry.parsed
         obj = entry.view()
         try:
-            record = mapping.to_record(obj)
+            parsed = mapping.parse(obj)
         except (ValidationError, KeyError, ValueError) as exc:
             name = obj.get("metadata", {}).get("name")
             logger.warning("McpTask %s/%s is malformed (%s); treating it as missing", self.namespace, name, exc)
             raise TaskNotFound(str(name)) from exc
         if entry.obj is not None:
-            entry.record = record
-        return record
+            entry.parsed = parsed
+        return parsed
 
     # -- TaskStore -------------------------------------------------------------------------------
 
@@ -313,7 +331,9 @@ class KubernetesTaskStore:
             )
         except client.Conflict as exc:
             raise VersionConflict(f"task {record.task_id} already exists") from exc
-        return self._decode(self._remember(created, notify=True, created=True))
+        stored = self._decode(self._remember(created, notify=True, created=True))
+        self._observers.notify(None, stored)
+        return stored
 
     async def get(
         self, task_id: str, owner: Owner | None = None, *, fresh: bool = False, summary: bool = False
@@ -366,6 +386,9 @@ class KubernetesTaskStore:
     async def compare_and_swap(self, record: TaskRecord, writer: Writer) -> TaskRecord:
         """Write `record` if the McpTask is still at `record.version`; return it at the new version.
 
+        The change is planned against the object as parsed when it was cached (`mapping.plan_write`);
+        once the API server accepted it, the observers hear `(the record at record.version, the record written)`.
+
         Raises:
             VersionConflict: the McpTask changed since `record` was read (409, or the cache is already newer).
             TaskNotFound: the McpTask is gone.
@@ -381,13 +404,16 @@ class KubernetesTaskStore:
             metrics.STORE_CONFLICTS.labels("kubernetes").inc()
             await self._fetch(record.task_id)
             raise VersionConflict(f"task {record.task_id} changed since resourceVersion {record.version}")
-        plan = mapping.plan_write(entry.obj, record, writer)
+        current = self._parse(entry)
+        plan = mapping.plan_write(current, record, writer)
         obj = entry.obj
         if plan.spec is not None:
             obj = await self._put(record, {**obj, "spec": mapping.dump(plan.spec)}, status=False)
         if plan.status is not None:
             obj = await self._put(record, {**obj, "status": mapping.dump(plan.status)}, status=True)
-        return self._decode(self._remember(obj, notify=True))
+        written = self._decode(self._remember(obj, notify=True))
+        self._observers.notify(current.record, written)
+        return written
 
     async def _put(self, record: TaskRecord, body: JsonObject, *, status: bool) -> JsonObject:
         self._check_size(body, record.task_id, "status" if status else "spec")

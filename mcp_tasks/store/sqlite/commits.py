@@ -47,13 +47,17 @@ class Write:
         task_id: the task it writes (named in errors; empty for `delete`).
         kind: `insert` (a taken id is a conflict); `update` (`... WHERE version = ?`: 0 rows changed is a
             conflict, or the task is gone); `delete` (`... RETURNING`: its rows are the answer).
-        done: answered once the write is committed (or refused): the rows a `delete` returned, else `[]`.
+        read: for an `update`, a `SELECT` (and its parameters) run just before it in the same transaction;
+            its rows are the answer of an update that changed a row (the row as it was before the write).
+        done: answered once the write is committed (or refused): the rows a `delete` returned, or an
+            update's `read`, else `[]`.
     """
 
     sql: str
     params: tuple[Any, ...]
     task_id: str
     kind: Literal["insert", "update", "delete"]
+    read: tuple[str, tuple[Any, ...]] | None = None
     done: asyncio.Future[list[Any]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -87,7 +91,8 @@ class GroupCommit:
             self._task = None
 
     async def write(self, write: Write) -> list[Any]:
-        """Queue `write` and return once it is committed (fsynced): the rows a `delete` returned, else `[]`.
+        """Queue `write` and return once it is committed (fsynced): the rows a `delete` or an update's
+        `read` returned, else `[]`.
 
         Raises:
             VersionConflict: an `UPDATE` changed no row although the task exists (it changed meanwhile),
@@ -151,7 +156,9 @@ class GroupCommit:
         would stay open that long.
         """
         connection = self._connection()
-        statements: list[_Statement] = [(write.sql, write.params, write.kind, write.task_id) for write in batch]
+        statements: list[_Statement] = [
+            (write.sql, write.params, write.kind, write.task_id, write.read) for write in batch
+        ]
         done = metrics.timed("sqlite", "write")
         try:
             outcomes = await _in_thread(connection, lambda raw: _commit_in_thread(raw, statements))
@@ -178,8 +185,8 @@ def _refuse(batch: list[Write], why: str) -> None:
             write.done.set_exception(StoreUnavailable(why))
 
 
-_Statement = tuple[str, tuple[Any, ...], str, str]
-"""`(sql, params, kind, task_id)` of one `Write`, as the connection's thread sees it (no futures)."""
+_Statement = tuple[str, tuple[Any, ...], str, str, tuple[str, tuple[Any, ...]] | None]
+"""`(sql, params, kind, task_id, read)` of one `Write`, as the connection's thread sees it (no futures)."""
 _Outcome = BaseException | list[Any]
 T = TypeVar("T")
 
@@ -195,12 +202,13 @@ async def _in_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.C
 
 
 def _commit_in_thread(raw: sqlite3.Connection, statements: list[_Statement]) -> list[_Outcome]:
-    """In the connection's thread: run `statements` and commit them, one transaction when there are several.
+    """In the connection's thread: run `statements` and commit them, one transaction when there are several
+    (or when one reads before it writes).
 
     Raises:
         sqlite3.DatabaseError: the batch cannot be written or committed; it was rolled back.
     """
-    if len(statements) == 1:
+    if len(statements) == 1 and statements[0][4] is None:
         return [_apply(raw, statements[0])]
     raw.execute("BEGIN IMMEDIATE")
     try:
@@ -216,15 +224,16 @@ def _commit_in_thread(raw: sqlite3.Connection, statements: list[_Statement]) -> 
 
 def _apply(raw: sqlite3.Connection, statement: _Statement) -> _Outcome:
     """Run one statement; its answer, or its own failure (a conflict, a missing task), returned not raised."""
-    sql, params, kind, task_id = statement
+    sql, params, kind, task_id, read = statement
     if kind == "delete":
         return raw.execute(sql, params).fetchall()
+    before = [] if read is None else raw.execute(*read).fetchall()
     try:
         cursor = raw.execute(sql, params)
     except sqlite3.IntegrityError:
         return VersionConflict(f"task {task_id} already exists")
     if kind == "insert" or cursor.rowcount > 0:
-        return []
+        return before
     if raw.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
         return TaskNotFound(task_id)
     return VersionConflict(f"task {task_id} changed since it was read")

@@ -5,7 +5,8 @@
 (compare-and-swap). Writes go through one lane (`commits.GroupCommit`): writes that arrive together
 share one commit and one fsync, each still answered only once it is committed. Several processes may
 share one file; in-process waiters are woken at once, other processes' writes are seen on the next poll.
-Backend errors become domain errors here.
+The store tells its own write observers (`observe`) of each write once it is committed. Backend errors
+become domain errors here.
 
 Every read is one `execute_fetchall` (statement run to completion in one step): interleaved open
 cursors on the shared read connection would keep its WAL snapshot alive and hide fresh commits.
@@ -18,7 +19,7 @@ import dataclasses
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -29,11 +30,12 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
+from mcp_tasks.store.observers import WriteObservers
 from mcp_tasks.store.sqlite.commits import GroupCommit, Write
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.ids import TaskId
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, Writer, utc_now
+from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
@@ -57,6 +59,7 @@ DECODED_MAX: Final = 1024
 DECODED_MAX_BODY_BYTES: Final = 16 * 1024
 """Largest record body whose decoded record is kept, in bytes (big results are decoded on each read)."""
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
+_SELECT_AT_VERSION: Final = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND version = ?"
 
 
 def _ms(moment: datetime | None) -> int | None:
@@ -177,6 +180,7 @@ class SqliteTaskStore:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._feed = ChangeFeed()
+        self._observers = WriteObservers()
         self._commits = GroupCommit(lambda: self._w)
         # task id → (its row as last read or written, that row decoded). A row equal to the kept one in
         # every column (version, body, ...) decodes to the same record: reuse it (records are immutable).
@@ -291,8 +295,14 @@ class SqliteTaskStore:
             body,
         )
 
+    def observe(self, observer: WriteObserver) -> Callable[[], None]:
+        """Call `observer(before, after)` after each write of this store is committed (`TaskStore.observe`);
+        returns its remover. Writes of other processes sharing the file are not seen.
+        """
+        return self._observers.add(observer)
+
     async def create(self, record: TaskRecord) -> TaskRecord:
-        """Insert and commit (fsync) a new record; return it at version 1."""
+        """Insert and commit (fsync) a new record; return it at version 1 (observers hear `(None, it)`)."""
         values = self._row_values(record, 1)
         insert = f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
         await self._commits.write(Write(insert, values, record.task_id, "insert"))
@@ -300,6 +310,7 @@ class SqliteTaskStore:
         self._keep(values, created)
         self._feed.changed((record.task_id,))
         self._feed.created((created,))
+        self._observers.notify(None, created)
         return created
 
     async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
@@ -330,7 +341,8 @@ class SqliteTaskStore:
         """`UPDATE ... WHERE task_id = ? AND version = ?`; raise `VersionConflict` when 0 rows changed.
 
         One row holds both writers' fields, so `writer` changes nothing here (the Kubernetes store
-        writes `spec` or the status subresource by it).
+        writes `spec` or the status subresource by it). Observers hear `(the record at record.version,
+        the record written)`: the former from the decoded rows kept, else read in the write's transaction.
 
         Raises:
             VersionConflict: the record changed since it was read. TaskNotFound: it is gone.
@@ -338,13 +350,26 @@ class SqliteTaskStore:
         """
         stored = int(record.version)
         values = self._row_values(record, stored + 1)
-        await self._commits.write(Write(_UPDATE, (*values[1:], record.task_id, stored), record.task_id, "update"))
+        before = self._kept(record.task_id, record.version) if self._observers else None
+        read = (_SELECT_AT_VERSION, (record.task_id, stored)) if self._observers and before is None else None
+        rows = await self._commits.write(
+            Write(_UPDATE, (*values[1:], record.task_id, stored), record.task_id, "update", read)
+        )
         written = _replace_version(record, stored + 1)
         self._keep(values, written)
         self._feed.changed((record.task_id,))
         if record.lease is None and not record.status.is_terminal:
             self._feed.created((written,))  # runnable again (a re-run, a cancel before any claim): wake the claimer
+        if read is not None and rows:
+            before = _decode_row(rows[0])
+        if before is not None:
+            self._observers.notify(before, written)
         return written
+
+    def _kept(self, task_id: str, version: str) -> TaskRecord | None:
+        """The decoded record of `task_id` at `version` if it is kept, else `None`."""
+        kept = self._decoded.get(task_id)
+        return kept[1] if kept is not None and kept[1].version == version else None
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
