@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.store.sqlite.store import DECODED_MAX_BODY_BYTES
@@ -25,7 +26,7 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 Heard = list[tuple[TaskRecord | None, TaskRecord]]
 
 
-def _new(arguments: dict[str, object] | None = None) -> TaskRecord:
+def _new(arguments: JsonObject | None = None) -> TaskRecord:
     tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
     return transitions.new_task(mint_task_id(), Owner("a", "b"), tool, arguments or {}, NOW)
 
@@ -55,7 +56,7 @@ async def test_the_record_before_is_read_in_the_write_when_it_is_not_kept(tmp_pa
     """A record too large to keep decoded (or last read by another process) is read in the write's own
     transaction: the observer still gets the row the compare-and-swap replaced."""
     heard: Heard = []
-    big = {"blob": "x" * (DECODED_MAX_BODY_BYTES + 1)}
+    big: JsonObject = {"blob": "x" * (DECODED_MAX_BODY_BYTES + 1)}
     async with SqliteTaskStore(tmp_path / "t.sqlite3") as store:
         created = await store.create(_new(big))
         assert store._kept(created.task_id, created.version) is None
