@@ -23,6 +23,7 @@ from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
 from mcp_tasks.store.settings import ArtifactSettings
+from mcp_tasks.tasks import pod_shape
 
 
 class SettingsError(ValueError):
@@ -203,6 +204,11 @@ def _parse(field_: SettingField, text: str) -> object:
         return Path(text) if text else None
     if kind == "str | None":
         return text or None
+    if kind == "ToolDefaults | None":
+        try:
+            return pod_shape.parse_defaults(text) if text.strip() else None
+        except ValueError as exc:
+            raise SettingsError(f"{field_.variable}: {exc}") from exc
     if kind == "tuple[Path, ...]":
         return tuple(Path(part) for part in text.split(os.pathsep) if part)
     if kind == "tuple[str, ...]":

@@ -144,7 +144,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
         store.add_change_listener(reconciler.queue.add)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
-        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s)
+        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s, config.tool_defaults)
         warm_tasks = WarmTaskRunner(
             store,
             catalog,

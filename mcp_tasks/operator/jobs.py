@@ -57,6 +57,7 @@ def build_job(
         *([{"name": ENV_TRACEPARENT, "value": traceparent}] if traceparent else []),
     ]
     container = pods.tool_container(tool, env, ({"name": "worker-token", "mountPath": TOKEN_DIR, "readOnly": True},))
+    pods.shape_container(container, tool, settings.tool_defaults)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -85,6 +86,7 @@ def build_job(
     # Named even when it is the namespace's `default`: a projected token needs an explicit account (the
     # API server refuses one otherwise when its ServiceAccount admission does not fill the name in).
     pod_spec["serviceAccountName"] = settings.service_account or "default"
+    pods.shape_pod(pod_spec, tool, settings.tool_defaults)  # the tool's own account, if it names one, wins
     job_labels = run_labels(task, tool.name, settings.instance)
     return {
         "apiVersion": "batch/v1",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcp_tasks.tasks.pod_shape import ToolDefaults
+
 
 @dataclass(frozen=True, slots=True)
 class OperatorSettings:
@@ -33,6 +35,10 @@ class OperatorSettings:
         peering: kopf peering object name; replicas with the same name coordinate (one active).
         instance: value of the `app.kubernetes.io/instance` label on tool Jobs and Pods (the Helm release
             name, so the release's NetworkPolicy admits them to the worker API); `None`: no such label.
+        tool_defaults: the release's defaults of every tool's pod shape, as JSON (the chart's `toolDefaults`):
+            `resources`, `nodeSelector`, `tolerations`, `imagePullSecrets`, `affinity`, `runtimeClassName`,
+            `priorityClassName`, merged under each McpTool's own `spec.container` values (the tool's value
+            wins; docs/kubernetes.md §2). Applied to Jobs and warm Deployments alike. Default none.
     """
 
     worker_url: str | None = None
@@ -49,6 +55,7 @@ class OperatorSettings:
     artifact_max_bytes: int = 64 * 1024 * 1024
     peering: str = "mcp-tasks"
     instance: str | None = None
+    tool_defaults: ToolDefaults | None = None
 
     @property
     def pod_worker_url(self) -> str:

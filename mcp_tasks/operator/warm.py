@@ -20,6 +20,7 @@ from mcp_tasks.operator.labels import COMPONENT_LABEL, MCPTOOL_LABEL, owner_refe
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
 from mcp_tasks.store.kubernetes.resources import label_value
+from mcp_tasks.tasks.pod_shape import ToolDefaults
 from mcp_tasks.tasks.tools import ToolSpec
 
 FIELD_MANAGER: Final = "mcp-tasks-operator"
@@ -54,8 +55,11 @@ def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> Json
     }
 
 
-def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
-    """The Deployment of `tool`'s warm workers (`tool.warm` set).
+def build_deployment(
+    mcptool: JsonObject, tool: ToolSpec, instance: str | None, defaults: ToolDefaults | None = None
+) -> JsonObject:
+    """The Deployment of `tool`'s warm workers (`tool.warm` set), shaped as its Jobs are (`pods.shape_*`
+    over the release's `defaults`); `warm.resources`, when given, replaces the container's `resources`.
 
     Replicas: `minWorkers`, at least 1 (a Deployment scaled to zero takes no calls; embedded pools start
     lazily instead). With `autoscaling` the replica count is left to the HPA after creation.
@@ -77,6 +81,7 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
     container["ports"] = [{"name": "calls", "containerPort": warm.port, "protocol": "TCP"}]
     container["readinessProbe"] = probe
     container["livenessProbe"] = {**probe, "periodSeconds": 10, "failureThreshold": 3}
+    pods.shape_container(container, tool, defaults)
     if warm.resources:
         container["resources"] = warm.resources
     labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
@@ -100,6 +105,7 @@ def build_deployment(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
             },
         },
     }
+    pods.shape_pod(spec["template"]["spec"], tool, defaults)
     if warm.autoscaling is None:
         spec["replicas"] = max(warm.min_workers, 1)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(mcptool, tool, instance), "spec": spec}

@@ -40,6 +40,7 @@ from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable
+from mcp_tasks.tasks.pod_shape import ToolDefaults
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.operator")
@@ -63,6 +64,7 @@ class WarmTools:
         catalog: the McpTools (shared with the reconciler).
         instance: the `app.kubernetes.io/instance` label for the pods (the release's NetworkPolicy).
         resync_s: how often everything is applied and listed again even without a change, in seconds.
+        defaults: the release's `toolDefaults`, merged under each warm tool's pod shape.
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class WarmTools:
         catalog: KubernetesToolCatalog,
         instance: str | None,
         resync_s: float = 300.0,
+        defaults: ToolDefaults | None = None,
     ) -> None:
         self.namespace = namespace
+        self.defaults = defaults
         self.catalog = catalog
         self.instance = instance
         self.resync_s = resync_s
@@ -165,7 +169,10 @@ class WarmTools:
         failed = False
         for name, (obj, tool) in self._warm_tools().items():
             try:
-                manifests = [build_deployment(obj, tool, self.instance), build_service(obj, tool, self.instance)]
+                manifests = [
+                    build_deployment(obj, tool, self.instance, self.defaults),
+                    build_service(obj, tool, self.instance),
+                ]
             except ValueError as exc:
                 logger.warning("mcptool/%s: cannot run warm workers: %s", name, exc)
                 continue

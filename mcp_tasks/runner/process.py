@@ -4,23 +4,28 @@ The embedded runner's mapping from an McpTool container to a local process: `spe
 is run in the manifest's folder (or `workingDir`), with `spec.container.env` and the runtime-contract
 variables; a first element of `python`/`python3` means this server's own interpreter, so the
 `mcp_tasks.runtime` helper is importable. The image is not used. Each process leads its own process
-group, so a stop reaches its children too.
+group, so a stop reaches its children too. Of the pod shape only plain `env` values and
+`resources.limits.memory` (as `RLIMIT_AS`) have a local meaning; the rest is ignored, as
+`store.manifests` logs once per tool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import resource
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
 from mcp_tasks.runner.identity import of as identity_of
 from mcp_tasks.runner.identity import signal_group
+from mcp_tasks.tasks import quantity
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -32,6 +37,26 @@ STDERR_LOG_MAX_BYTES: Final = 1024 * 1024
 ADOPTED_POLL_S: Final = 0.2
 """How often an adopted process (not our child: no exit notification) is checked for exit, in seconds."""
 _PASSTHROUGH_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
+
+
+def memory_limit_bytes(tool: ToolSpec) -> int | None:
+    """`spec.container.resources.limits.memory` in bytes (rounded down), or `None` without one."""
+    resources = tool.manifest.container.resources
+    limit = resources.limits.get("memory") if resources is not None else None
+    return None if limit is None else int(quantity.value_of(limit))
+
+
+def _address_space_limit(tool: ToolSpec) -> Callable[[], None] | None:
+    """What the child runs before `exec` to apply the tool's memory limit: `RLIMIT_AS` (soft and hard) at
+    `limits.memory`, or nothing without a limit. An address-space limit, not a cgroup: it needs no
+    privilege and no systemd, counts virtual memory (so it is stricter than a container's limit), and a
+    tool past it sees allocations fail (Python: `MemoryError`) instead of being killed (docs/tool-runtime.md §1).
+    """
+    limit = memory_limit_bytes(tool)
+    if limit is None:
+        return None
+    # Bound before the fork: the child only makes one system call (no import, no lock taken).
+    return functools.partial(resource.setrlimit, resource.RLIMIT_AS, (limit, limit))
 
 
 def command_for(tool: ToolSpec) -> list[str]:
@@ -112,7 +137,7 @@ class ToolProcess:
             OSError: the command cannot be executed (missing file, no permission).
         """
         env = {key: os.environ[key] for key in _PASSTHROUGH_ENV if key in os.environ}
-        env.update({item.name: item.value for item in self.tool.manifest.container.env})
+        env.update({item.name: item.value for item in self.tool.manifest.container.env if item.value is not None})
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
         container = self.tool.manifest.container
@@ -130,6 +155,7 @@ class ToolProcess:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log_fd,
                 start_new_session=True,
+                preexec_fn=_address_space_limit(self.tool),
             )
         )
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from mcp_tasks.tasks import pod_shape
 from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
 
@@ -55,6 +56,14 @@ class FileToolCatalog:
                             f"{path}: tool {spec.name!r} is already declared in {tools[spec.name].source}"
                         )
                     tools[spec.name] = spec
+                    ignored = pod_shape.ignored_locally(spec.manifest.container)
+                    if ignored:
+                        logger.warning(
+                            "tool %s: the embedded runner ignores these Kubernetes settings of spec.container: %s "
+                            "(it applies command, workingDir, plain env values and resources.limits.memory)",
+                            spec.name,
+                            ", ".join(ignored),
+                        )
         self._tools = tools
         logger.info("loaded %d tools", len(self._tools))
 

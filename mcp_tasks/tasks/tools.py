@@ -16,11 +16,12 @@ from typing import Any, Final, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp_types import Tool, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mcp_tasks.protocol import constants, param_headers
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.errors import InvalidToolManifest
+from mcp_tasks.tasks.pod_shape import EnvFromSource, EnvVar, PodShape, Volume, VolumeMount
 
 API_VERSION: Final = "mcptasks.io/v1alpha1"
 KIND_TOOL: Final = "McpTool"
@@ -111,20 +112,50 @@ class WarmSpec(_Spec):
         return value
 
 
-class EnvVar(_Spec):
-    """One `spec.container.env` entry, as in a Kubernetes container."""
+class ContainerSpec(PodShape):
+    """`spec.container`: what runs (image, command) and the shape of its pods on Kubernetes.
 
-    name: str
-    value: str
+    `image` and `command` run in both deployments; the Kubernetes fields (`resources`, `env.valueFrom`,
+    `envFrom`, `imagePullSecrets`, `nodeSelector`, `tolerations`, `affinity`, `serviceAccountName`,
+    `volumes`, `runtimeClassName`, `priorityClassName`) go into the tool's Jobs and warm Deployment alike
+    (docs/kubernetes.md §2); the embedded runner applies what has a local meaning (docs/tool-runtime.md §1).
+    """
 
-
-class ContainerSpec(_Spec):
-    """`spec.container`: the image (Kubernetes) and command (both deployments)."""
-
-    image: str | None = None
+    image: str | None = Field(None, max_length=1024)
+    """Container image of the tool (Kubernetes; the embedded runner ignores it)."""
     command: list[str] = Field(min_length=1)
-    env: list[EnvVar] = Field(default_factory=list)
+    """argv of the tool process, at least one element (the container's `command`)."""
+    env: list[EnvVar] = Field(default_factory=list, max_length=128)
+    """Environment variables: `{name, value}` or `{name, valueFrom}` (a Secret or ConfigMap key, a pod field)."""
+    env_from: list[EnvFromSource] = Field(default_factory=list, alias="envFrom", max_length=16)
+    """Every key of a Secret or ConfigMap as variables (Kubernetes; ignored by the embedded runner)."""
     working_dir: str | None = Field(None, alias="workingDir")
+    """Working directory (default: the image's; embedded: the manifest's folder, a relative path resolved
+    against it)."""
+    service_account_name: str | None = Field(None, alias="serviceAccountName", min_length=1, max_length=253)
+    """ServiceAccount of the tool's pods, for workload identity (cloud IAM bound to the account); default:
+    the release's tool account (`operator.toolServiceAccount`). Its token is mounted only with
+    `automountServiceAccountToken: true`."""
+    automount_service_account_token: bool = Field(False, alias="automountServiceAccountToken")
+    """Mount the pod's ServiceAccount token at the standard path (default false: a tool needs none to reach
+    mcp-tasks, which it proves itself to with its own projected token)."""
+    volumes: list[Volume] = Field(default_factory=list, max_length=32)
+    """ConfigMap, Secret and PersistentVolumeClaim volumes of the tool's pods (no other kinds)."""
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, alias="volumeMounts", max_length=32)
+    """Where `volumes` appear in the tool container."""
+
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> ContainerSpec:
+        names = [volume.name for volume in self.volumes]
+        if len(set(names)) != len(names):
+            raise ValueError("volumes: two volumes share a name")
+        for mount in self.volume_mounts:
+            if mount.name not in names:
+                raise ValueError(f"volumeMounts: {mount.name!r} is not one of volumes")
+        paths = [mount.mount_path.rstrip("/") for mount in self.volume_mounts]
+        if len(set(paths)) != len(paths):
+            raise ValueError("volumeMounts: two mounts share a mountPath")
+        return self
 
 
 class InputBeforeTask(_Spec):

@@ -325,7 +325,7 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
                 "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,serviceaccount-controller,"
-                "persistentvolume-binder-controller",
+                "persistentvolume-binder-controller,resourcequota-controller",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={self.workdir / 'pki' / 'sa.key'}",

@@ -145,7 +145,27 @@ def warm_exit(ctx: ToolContext) -> str:
     sys.exit(3)
 
 
+def env_echo(ctx: ToolContext) -> str:
+    """Reports the variables named in `names` and the text of the file named by `$CONFIG_FILE`, if any."""
+    values = [f"{name}={os.environ.get(name, '<unset>')}" for name in ctx.arguments.get("names", [])]
+    path = os.environ.get("CONFIG_FILE")
+    if path:
+        with open(path, encoding="utf-8") as file:
+            values.append(f"file={file.read()}")
+    return " ".join(values)
+
+
+def memory_hog(ctx: ToolContext) -> str:
+    """Holds `mebibytes` MiB of memory at once, touched page by page; returns if it could."""
+    held = bytearray(int(ctx.arguments["mebibytes"]) * 1024 * 1024)
+    for offset in range(0, len(held), 4096):
+        held[offset] = 1
+    return f"held {len(held) // (1024 * 1024)} MiB"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
+    "env_echo": env_echo,
+    "memory_hog": memory_hog,
     "warm_late": warm_late,
     "warm_exit": warm_exit,
     "warm_echo": warm_echo,

@@ -33,6 +33,7 @@ from mcp_tasks.store.kubernetes.resources import (
     McpTaskStatus,
     McpToolStatus,
 )
+from mcp_tasks.tasks import pod_shape
 from mcp_tasks.tasks.tools import ToolManifestSpec
 
 CATEGORY: Final = "mcp"
@@ -52,6 +53,7 @@ _KEPT_KEYWORDS: Final = frozenset(
         "maxLength",
         "minItems",
         "maxItems",
+        "maxProperties",
         "format",
     }
 )
@@ -65,6 +67,9 @@ def structural_schema(model: type[BaseModel]) -> JsonObject:
 
 
 def _convert(node: JsonObject, definitions: JsonObject) -> JsonObject:
+    if node.get("x-kubernetes-int-or-string"):  # a quantity: integer or string, as Kubernetes' own CRDs say
+        kept = {k: copy.deepcopy(v) for k, v in node.items() if k in ("anyOf", "pattern", "maxLength", "description")}
+        return {**kept, "x-kubernetes-int-or-string": True}
     if "$ref" in node:
         target = definitions[str(node["$ref"]).rsplit("/", 1)[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
@@ -230,6 +235,7 @@ def mcptool_crd() -> JsonObject:
     _at(spec, "inputSchema").update(
         {"required": ["type"], "properties": {"type": {"type": "string", "enum": ["object"]}}}
     )
+    _pod_shape_rules(container)
     status = structural_schema(McpToolStatus)
     status["description"] = "Whether the gateways serve this tool, and why not; written by the operator."
     tool_conditions = _at(status, "conditions")
@@ -250,6 +256,63 @@ def mcptool_crd() -> JsonObject:
         _column("Age", ".metadata.creationTimestamp", kind="date"),
     ]
     return _definition(TOOL_KIND, TOOL_PLURAL, ["mcptl"], schema, columns, status=True)
+
+
+def _rule(rule: str, message: str) -> list[JsonObject]:
+    return [{"rule": rule, "message": message}]
+
+
+def _pod_shape_rules(container: dict[str, Any]) -> None:
+    """The pod-shape rules of `tasks.pod_shape` as CEL on `spec.container`, so `kubectl apply` refuses what
+    the operator would: one source per env entry and volume, no name or path of the operator's own, mounts
+    of declared volumes, requests within limits. Unknown keys (`hostPath`, `securityContext`) are not in
+    the schema: refused under `kubectl apply`'s strict field validation, pruned otherwise.
+    """
+    env = _at(container, "env")["items"]
+    env["x-kubernetes-validations"] = _rule(
+        "has(self.value) != has(self.valueFrom)", "env: give exactly one of value and valueFrom"
+    )
+    _at(env, "valueFrom")["x-kubernetes-validations"] = _rule(
+        "[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef)].filter(x, x).size() == 1",
+        "valueFrom: give exactly one of secretKeyRef, configMapKeyRef, fieldRef",
+    )
+    _at(container, "envFrom")["items"]["x-kubernetes-validations"] = _rule(
+        "has(self.secretRef) != has(self.configMapRef)", "envFrom: give exactly one of secretRef and configMapRef"
+    )
+    volumes = _at(container, "volumes")
+    volumes["x-kubernetes-list-type"] = "map"
+    volumes["x-kubernetes-list-map-keys"] = ["name"]
+    reserved = ", ".join(f"'{name}'" for name in sorted(pod_shape.RESERVED_VOLUME_NAMES))
+    volumes["items"]["x-kubernetes-validations"] = [
+        *_rule(
+            "[has(self.configMap), has(self.secret), has(self.persistentVolumeClaim)].filter(x, x).size() == 1",
+            "volumes: each needs exactly one of configMap, secret, persistentVolumeClaim (no other kind)",
+        ),
+        *_rule(
+            f"!(self.name in [{reserved}]) && !self.name.startsWith('{pod_shape.RESERVED_VOLUME_PREFIX}')",
+            "volumes: this name is the operator's own; choose another",
+        ),
+    ]
+    mounts = _at(container, "volumeMounts")
+    mounts["x-kubernetes-list-type"] = "map"
+    mounts["x-kubernetes-list-map-keys"] = ["mountPath"]
+    ours = " || ".join(
+        f"self.mountPath == '{path}' || self.mountPath.startsWith('{path}/')" for path in pod_shape.RESERVED_MOUNT_PATHS
+    )
+    mounts["items"]["x-kubernetes-validations"] = _rule(
+        f"!({ours})", "volumeMounts: this mountPath is where the operator mounts its own volumes"
+    )
+    resources = _at(container, "resources")
+    resources["x-kubernetes-validations"] = _rule(
+        "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || "
+        "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",
+        "resources: a request may not exceed its limit",
+    )
+    container["x-kubernetes-validations"] = _rule(
+        "!has(self.volumeMounts) || "
+        "self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",
+        "volumeMounts: each must name one of volumes",
+    )
 
 
 def kopf_peering_crds() -> list[JsonObject]:
