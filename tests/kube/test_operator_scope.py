@@ -26,6 +26,7 @@ from mcp_tasks.store.kubernetes.catalog import _manifest
 from mcp_tasks.tasks.tools import parse_manifest
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
+from tests.kube.conftest import until
 
 CHART = REPO / "charts" / "mcp-tasks"
 CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
@@ -285,3 +286,43 @@ def documented_rights() -> dict[str, dict[str, set[str]]]:
 def test_the_rbac_table_in_docs_matches_the_rendered_chart(control_plane: ControlPlane) -> None:
     """Our choice (issue 21): the table is hand-written for its explanations and checked here, right by right."""
     assert documented_rights() == rendered_rights(control_plane)
+
+
+# ------------------------------------------------------------------------------ after helm uninstall
+
+
+async def test_warm_workers_of_a_users_mcptool_outlive_the_release(control_plane: ControlPlane) -> None:
+    """What docs/kubernetes.md ("Upgrade and uninstall") and the chart's notes say: the warm objects belong
+    to their McpTool (owner reference), not to the release, so `helm uninstall` leaves them (and removes the
+    NetworkPolicy that guarded them); deleting the McpTool lets the garbage collector remove them."""
+    namespace = f"gone-{secrets.token_hex(3)}"
+    control_plane.kubectl("create", "namespace", namespace)
+    try:
+        values = ["auth.existingSecret=tokens", "gateway.replicas=0", "operator.replicas=0"]
+        notes = control_plane.helm(
+            "install", RELEASE, str(CHART), "--namespace", namespace, *[a for v in values for a in ("--set", v)]
+        )
+        assert "delete deploy,svc,hpa -l app.kubernetes.io/component=warm-worker" in notes
+        tools = [d for d in local_tool_manifests([REPO / "tests" / "tools"]) if d["metadata"]["name"] == "warm-echo"]
+        control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(tools))
+        release = Release(control_plane, namespace)
+        deployment, service, _hpa = warm_manifests(release)
+        for manifest in (deployment, service):  # as the operator applies them
+            apply(release, manifest, allowed=True)
+        name = deployment["metadata"]["name"]
+
+        control_plane.helm("uninstall", RELEASE, "--namespace", namespace, "--wait")
+        assert not control_plane.kubectl("get", "networkpolicies", "-n", namespace, "-o", "name").strip()
+        kept = release.get("deployment", name)
+        assert [(ref["kind"], ref["name"]) for ref in kept["metadata"]["ownerReferences"]] == [("McpTool", "warm-echo")]
+        assert release.get("service", name)["metadata"]["name"] == name
+
+        control_plane.kubectl("delete", "mcptool", "warm-echo", "-n", namespace)
+
+        def collected() -> bool:
+            out = control_plane.kubectl("get", "deploy,svc", "-n", namespace, "-l", "mcptasks.io/mcptool=warm-echo")
+            return not out.strip()
+
+        await until(collected)
+    finally:
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")

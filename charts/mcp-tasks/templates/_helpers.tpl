@@ -122,3 +122,55 @@ key mounted into it from the chart's Secret (the gateways and the operator must 
   persistentVolumeClaim: {claimName: {{ include "mcp-tasks.claim" . }}}
 {{- end }}
 {{- end -}}
+
+{{/* The port of an http(s) URL: its explicit port, else 443 (https) or 80 (http). */}}
+{{- define "mcp-tasks.urlPort" -}}
+{{- $url := urlParse . -}}
+{{- $host := splitList ":" $url.host -}}
+{{- if gt (len $host) 1 -}}{{ last $host }}{{- else if eq $url.scheme "http" -}}80{{- else -}}443{{- end -}}
+{{- end -}}
+
+{{/* NetworkPolicy egress rule: DNS (networkPolicy.egress.dns, port 53 over UDP and TCP). */}}
+{{- define "mcp-tasks.dnsEgress" -}}
+- ports:
+    - {port: 53, protocol: UDP}
+    - {port: 53, protocol: TCP}
+  {{- with .Values.networkPolicy.egress.dns }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/* Egress rules shared by the gateways and the operators: DNS, the API server (its CIDRs and ports, or
+any address on its ports), this release's warm workers (any port: each tool chooses its own), the
+artifact store's port with artifacts.s3 (any address), and networkPolicy.egress.componentAllow. */}}
+{{- define "mcp-tasks.componentEgress" -}}
+{{- $egress := .Values.networkPolicy.egress -}}
+{{ include "mcp-tasks.dnsEgress" . }}
+# the API server
+- ports:
+    {{- range $egress.apiServer.ports }}
+    - {port: {{ . }}, protocol: TCP}
+    {{- end }}
+  {{- with $egress.apiServer.cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock: {cidr: {{ . | quote }}}
+    {{- end }}
+  {{- end }}
+# this release's warm workers
+- to:
+    - podSelector:
+        matchLabels:
+          app.kubernetes.io/managed-by: mcp-tasks
+          app.kubernetes.io/component: warm-worker
+          app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if .Values.artifacts.s3.bucket }}
+# the artifact store (artifacts.s3)
+- ports:
+    - {port: {{ include "mcp-tasks.urlPort" (default "https://s3.amazonaws.com" .Values.artifacts.s3.endpoint) }}, protocol: TCP}
+{{- end }}
+{{- with $egress.componentAllow }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
