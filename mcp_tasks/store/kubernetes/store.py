@@ -42,11 +42,11 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
-from mcp_tasks.store.kubernetes import client, mapping
+from mcp_tasks.store.kubernetes import client, limits, mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
 from mcp_tasks.store.observers import WriteObservers
-from mcp_tasks.tasks.errors import ResultTooLarge, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
@@ -64,11 +64,8 @@ _OPERATIONS: Final = {
 }
 """API calls by the operation label they are timed under (`mcptasks_store_operation_duration_seconds`)."""
 
-DEFAULT_MAX_OBJECT_BYTES: Final = 512 * 1024
 EXPIRY_CONCURRENCY: Final = 16
 """DELETE requests in flight at once while expired McpTasks are removed."""
-"""Upper bound of one serialized McpTask, in bytes: well under etcd's 1.5 MiB request limit, leaving room
-for `managedFields`. A backstop behind the inline-result cap; larger results are artifacts."""
 
 
 DEFAULT_FULL_OBJECTS: Final = 2048
@@ -142,7 +139,7 @@ class KubernetesTaskStore:
         namespace: str,
         clock: Clock = utc_now,
         watch_timeout_s: int = 300,
-        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        max_object_bytes: int = limits.DEFAULT_MAX_OBJECT_BYTES,
         request_timeout_s: float = 20.0,
         full_objects: int = DEFAULT_FULL_OBJECTS,
         list_page_size: int = PAGE_SIZE,
@@ -324,7 +321,7 @@ class KubernetesTaskStore:
             UnstorableValue: an argument or answer holds an integer beyond 64 bits.
         """
         body = mapping.new_object(record, self.namespace)
-        self._check_size(body, record.task_id, "spec")
+        limits.check_object(body, record.task_id, "spec", self._max_object_bytes)
         try:
             created = await self._request(
                 self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, body
@@ -416,7 +413,7 @@ class KubernetesTaskStore:
         return written
 
     async def _put(self, record: TaskRecord, body: JsonObject, *, status: bool) -> JsonObject:
-        self._check_size(body, record.task_id, "status" if status else "spec")
+        limits.check_object(body, record.task_id, "status" if status else "spec", self._max_object_bytes)
         call = (
             self._api.replace_namespaced_custom_object_status if status else self._api.replace_namespaced_custom_object
         )
@@ -445,33 +442,6 @@ class KubernetesTaskStore:
             return await client.call(fn, *args, timeout_s=self._request_timeout_s, **kwargs)
         finally:
             done()
-
-    def _check_size(self, body: JsonObject, task_id: str, part: str = "status") -> None:
-        """Refuse what the API server would change (integers beyond 64 bits) or etcd would reject (size).
-
-        Raises:
-            UnstorableValue: a 64-bit overflow anywhere, or client intent (`part="spec"`) that is too large.
-            ResultTooLarge: the executor's status (the result) is too large.
-        """
-        where = _inexact(body)
-        if where is not None:
-            where = where.removeprefix("/spec/").removeprefix("/status/")  # name the field as the client knows it
-            raise UnstorableValue(
-                f"{where} is an integer outside the signed 64-bit range, which the Kubernetes store cannot keep "
-                "exactly; use a smaller number or a string"
-            )
-        size = len(_json_bytes(body))
-        if size <= self._max_object_bytes:
-            return
-        if part == "spec":
-            raise UnstorableValue(
-                f"the task's arguments and answers take {size} bytes; the Kubernetes store keeps at most "
-                f"{self._max_object_bytes} bytes per task: send less data, or a reference to it"
-            )
-        raise ResultTooLarge(
-            f"task {task_id}: McpTask would be {size} bytes (limit {self._max_object_bytes}); "
-            "large results must be stored as artifacts"
-        )
 
     async def unfinished(self) -> Unfinished:
         """Non-terminal McpTasks by `status.taskStatus`, and the oldest `spec.createdAt`, from the cache
@@ -580,34 +550,3 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 def _valid_name(name: str) -> bool:
     """Could `name` be an McpTask name (DNS subdomain)? Avoids a GET for ids that cannot exist."""
     return bool(_DNS_SUBDOMAIN.match(name))
-
-
-INT64_MIN: Final = -(2**63)
-INT64_MAX: Final = 2**63 - 1
-
-
-def _inexact(value: Any, path: str = "") -> str | None:
-    """The JSON path of the first integer the API server would turn into a float, or `None`.
-
-    The API server decodes JSON numbers as int64 or float64: every other value (nulls, strings,
-    nesting, arrays, int64 integers) round-trips exactly through preserve-unknown-fields subtrees.
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return None if INT64_MIN <= value <= INT64_MAX else path or "/"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _inexact(item, f"{path}/{key}")
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _inexact(item, f"{path}/{index}")
-            if found is not None:
-                return found
-    return None
-
-
-def _json_bytes(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
