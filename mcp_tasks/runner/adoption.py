@@ -4,11 +4,13 @@ A restarted embedded runner with the same state folder and worker key finds a ta
 live process of the same worker port (`LeaseProcess`): it takes the lease (`transitions.adopt`, the
 attempt goes on) and supervises that process. The tool itself may find the new runner first, when it
 calls the worker API with its derived token (`resolve`). A process that cannot be adopted is stopped
-before the restart rules decide its task (`stop_orphan`). docs/design.md §7.
+before the restart rules decide its task (`stop_orphan`), unless its tool had posted an outcome that a
+stopping runner kept because the store could not take it (`record_kept`, `runner.outcomes`). docs/design.md §7.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from mcp_tasks.runner import identity
@@ -19,6 +21,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.channel import recording
 from mcp_tasks.worker.executions import Execution, ExecutionPending
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -91,6 +94,23 @@ class Adoption:
             "task %s: adopted %s (pid %s) left running by a previous runner", adopted.task_id, tool.name, running.pid
         )
         return adopted
+
+    async def record_kept(self, record: TaskRecord) -> bool:
+        """Record the outcome a stopping runner kept for `record`'s attempt (`runner.outcomes`); True when it did.
+
+        Raises:
+            VersionConflict: another runner changed the task first (the kept outcome stays for the next try).
+        """
+        kept = self.ctx.outcomes
+        if kept is None or record.lease is None:
+            return False
+        outcome = await asyncio.to_thread(kept.find, record.task_id, record.attempt)
+        if outcome is None:
+            return False
+        await self.ctx.write(recording(outcome)(record, self.ctx.clock()))
+        await asyncio.to_thread(kept.discard, record.task_id)
+        logger.warning("task %s: recorded the outcome its tool posted before the last stop", record.task_id)
+        return True
 
     async def stop_orphan(self, record: TaskRecord, tool: ToolSpec | None) -> None:
         """Stop a live process of a run that cannot be adopted, before the restart rules decide its task."""

@@ -184,6 +184,8 @@ class Claimer:
             ):
                 return None  # supervised by adoption
             await self.adoption.stop_orphan(record, tool)
+            if await self.adoption.record_kept(record):
+                return None  # its tool had finished; the outcome it posted is recorded now
             if transitions.is_abandoned(record, now):  # a hidden task whose caller died with the last runner
                 logger.warning("task %s: its caller is gone; cancelled instead of run", record.task_id)
                 await ctx.write(transitions.cancel(record, now, transitions.ABANDONED_MESSAGE))

@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from mcp_tasks.runner.outcomes import KeptOutcomes
 from mcp_tasks.runner.settings import RunnerSettings
 from mcp_tasks.runner.tokens import WorkerTokens
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
@@ -43,6 +44,8 @@ class RunContext:
         tokens: derives and verifies the runs' worker tokens.
         runs_dir: where each run's stderr file lives (`<execution id>.stderr`).
         adoptable: whether runs can outlive this executor and be adopted (a persistent state folder).
+        outcomes: where a stopping executor keeps the outcomes the task store refused, for the next start
+            (`None`: no persistent state folder; they are lost and the restart rule decides).
         executions: the runs the worker API can find now.
         supervisors: task id → the asyncio task supervising its run.
         in_rounds: supervised synchronous runs parked for input rounds (not counted as task runs).
@@ -61,6 +64,7 @@ class RunContext:
     tokens: WorkerTokens
     runs_dir: Path
     adoptable: bool = False
+    outcomes: KeptOutcomes | None = None
     executions: ExecutionTable = field(default_factory=ExecutionTable)
     supervisors: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     in_rounds: set[str] = field(default_factory=set)

@@ -31,6 +31,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.adoption import Adoption
 from mcp_tasks.runner.claims import Claimer
 from mcp_tasks.runner.context import RunContext
+from mcp_tasks.runner.outcomes import KeptOutcomes
 from mcp_tasks.runner.runs import Runs, WarmPools
 from mcp_tasks.runner.settings import RunnerSettings
 from mcp_tasks.runner.supervision import Supervisor
@@ -87,7 +88,16 @@ class LocalRunner:
         runs_dir = (state_dir / "runs") if state_dir is not None else Path(tempfile.mkdtemp(prefix="mcptasks-"))
         key = worker_key if worker_key is not None else secrets.token_bytes(32)
         self.ctx = RunContext(
-            store, catalog, artifacts, clock, settings, new_holder(), WorkerTokens(key), runs_dir, state_dir is not None
+            store,
+            catalog,
+            artifacts,
+            clock,
+            settings,
+            new_holder(),
+            WorkerTokens(key),
+            runs_dir,
+            adoptable=state_dir is not None,
+            outcomes=KeptOutcomes(state_dir / "outcomes") if state_dir is not None else None,
         )
         self.pools = WarmPools(self._new_pool)
         self.runs = Runs(self.ctx, self.pools)

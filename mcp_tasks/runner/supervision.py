@@ -29,6 +29,7 @@ from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailabl
 from mcp_tasks.tasks.interfaces import Writer, transact
 from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.channel import recording
 from mcp_tasks.worker.executions import Execution, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -156,7 +157,7 @@ class Supervisor:
             ending = await self._watch(task_id, tool, process, exited)
             await self._conclude(task_id, tool, process, execution, ending)
         except asyncio.CancelledError:
-            await self._stop_on_shutdown(task_id, tool, process)
+            await self._stop_on_shutdown(task_id, tool, process, execution)
             raise
         except BaseException:
             await asyncio.shield(process.stop(tool.execution.cancel_grace_seconds))
@@ -203,7 +204,7 @@ class Supervisor:
         try:
             await self._record_process(task_id, process, execution)
         except asyncio.CancelledError:
-            await self._stop_on_shutdown(task_id, tool, process)
+            await self._stop_on_shutdown(task_id, tool, process, execution)
             raise
 
     async def _record_process(self, task_id: str, process: ToolRun, execution: Execution) -> None:
@@ -321,6 +322,9 @@ class Supervisor:
         code = await process.wait()
         if execution.outcome.done() and isinstance(execution.outcome.result(), Finished):
             return  # it posted its result (a promoted run's outcome says only that it asked for input)
+        if execution.unrecorded is not None:  # it posted its outcome while the store could not take it
+            await self.ctx.finish_if_running(task_id, recording(execution.unrecorded))
+            return
         if process.worker_lost:  # the warm worker died mid-call: the restart rules, as for a lost lease
             await self.ctx.finish_if_running(task_id, lambda r, now: self.after_lost_worker(r, tool, process, now))
             return
@@ -328,20 +332,48 @@ class Supervisor:
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
         await self.ctx.finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
 
-    async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolRun) -> None:
-        """The executor is stopping: stop the tool; the restart rule decides its task now."""
+    async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution) -> None:
+        """The executor is stopping: stop the tool, then decide its task now: the outcome the tool posted
+        while the store could not take it (`execution.unrecorded`), else the restart rule.
+
+        A store that still cannot write leaves the task unfinished, its lease naming the run: the next
+        start decides it, from the outcome kept in `ctx.outcomes` when there is one (docs/design.md §7).
+        """
         await asyncio.shield(process.stop(self.ctx.settings.shutdown_grace_s))
         idempotent = tool.execution.idempotent
+        posted = execution.unrecorded
 
         def apply(record: TaskRecord) -> tuple[TaskRecord, bool]:
             if record.status.is_terminal:
                 return record, False  # it finished first: nothing was lost
+            if posted is not None:
+                return recording(posted)(record, self.ctx.clock()), False
             why = "the server stopped"
             updated = transitions.after_lost_run(record, self.ctx.clock(), idempotent, why, STOPPED_OUTCOME_UNKNOWN)
             return updated, True
 
-        with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
-            _record, interrupted = await asyncio.shield(transact(self.ctx.store, task_id, apply, Writer.EXECUTOR))
-            if interrupted:
-                after = "re-run at the next start (idempotent)" if idempotent else "failed (outcome unknown)"
-                logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
+        try:
+            with contextlib.suppress(TaskNotFound, VersionConflict, IllegalTransition):
+                _record, interrupted = await asyncio.shield(transact(self.ctx.store, task_id, apply, Writer.EXECUTOR))
+                if interrupted:
+                    after = "re-run at the next start (idempotent)" if idempotent else "failed (outcome unknown)"
+                    logger.warning("task %s: %s stopped by the server's shutdown; %s", task_id, tool.name, after)
+        except StoreUnavailable as exc:
+            await asyncio.shield(self._keep_for_next_start(task_id, execution, exc))
+
+    async def _keep_for_next_start(self, task_id: str, execution: Execution, exc: StoreUnavailable) -> None:
+        """The store cannot write at shutdown: keep the run's posted outcome (if any) for the next start."""
+        posted, kept = execution.unrecorded, self.ctx.outcomes
+        if posted is None or kept is None:
+            logger.warning("task %s: the task store cannot write (%s); the next start decides the task", task_id, exc)
+            return
+        try:
+            await asyncio.to_thread(kept.save, task_id, execution.attempt, posted)
+        except OSError as error:
+            logger.error("task %s: neither the task store (%s) nor %s can keep its outcome", task_id, exc, error)
+            return
+        logger.warning(
+            "task %s: the task store cannot write (%s); the outcome its tool posted is kept for the next start",
+            task_id,
+            exc,
+        )

@@ -21,7 +21,13 @@ from pydantic import ValidationError
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import results, transitions
-from mcp_tasks.tasks.errors import IllegalTransition, InputCapabilityMissing, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.errors import (
+    IllegalTransition,
+    InputCapabilityMissing,
+    StoreUnavailable,
+    TaskNotFound,
+    VersionConflict,
+)
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
@@ -36,6 +42,18 @@ Promote = Callable[[Execution, list[tuple[str, JsonObject]]], Awaitable[list[str
 """Turn a synchronous execution that asks for input into a hidden task parked on these requests
 (`(suggested key, {method, params})`); returns the minted keys. Raises `InputCapabilityMissing` (nothing
 is created) when the caller did not declare a capability a request needs."""
+
+
+def recording(outcome: Finished) -> Transition:
+    """The terminal transition that records a tool's final outcome: `completed` with its result, else
+    `failed` with its JSON-RPC error and status message.
+    """
+    result = outcome.result
+    if result is not None:
+        return lambda record, now: transitions.complete(record, result, now)
+    error = outcome.error or {}
+    message = outcome.status_message or str(error.get("message"))
+    return lambda record, now: transitions.fail(record, error, message, now)
 
 
 class ChannelError(Exception):
@@ -211,6 +229,8 @@ class WorkerChannel:
 
         Raises:
             ChannelError: 400 for a malformed body, 409 when the execution already finished.
+            StoreUnavailable: the task store cannot write; the outcome is kept on `execution.unrecorded`
+                (the tool is answered 503 and retries).
         """
         outcome = self._parse_outcome(body)
         problems = (
@@ -240,17 +260,11 @@ class WorkerChannel:
                 except ValueError as exc:
                     raise ChannelError(413, str(exc)) from exc
                 outcome = Finished(result=results.linked_result(uri, len(encoded), bool(outcome.result.get("isError"))))
-            final_result = outcome.result
-            assert final_result is not None  # narrowed above
-
-            def complete(record: TaskRecord, now: datetime) -> TaskRecord:
-                return transitions.complete(record, final_result, now)
-
-            await self._change(execution, complete)
-        else:
-            error = outcome.error or {}
-            message = outcome.status_message or str(error.get("message"))
-            await self._change(execution, lambda r, now: transitions.fail(r, error, message, now))
+        try:
+            await self._change(execution, recording(outcome))
+        except StoreUnavailable:
+            execution.unrecorded = outcome  # the tool retries; its supervisor records it if the tool cannot
+            raise
         execution.settle(outcome)
 
     @staticmethod

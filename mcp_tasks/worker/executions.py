@@ -51,7 +51,9 @@ class Execution:
     `owner` and `client_capabilities` are the synchronous caller's: `None` capabilities mean the caller
     can take no input rounds (a legacy-era call); `offered_responses` are the answers its request
     offered up front (SEP-2322), `reserved_task_id` the id its hidden task takes if it asks, and
-    `on_progress` hears its progress.
+    `on_progress` hears its progress. `unrecorded` is the final outcome the tool posted while the task
+    store could not take it (answered 503): its supervisor records it once the store writes again, or keeps
+    it for the next start when the executor stops first (`runner.outcomes`).
     """
 
     tool: ToolSpec | None
@@ -68,6 +70,7 @@ class Execution:
     reserved_task_id: str | None = None
     on_progress: ProgressSink | None = None
     outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    unrecorded: Finished | None = None
 
     def authorizes(self, presented: str) -> bool:
         """Constant-time check of a presented bearer token."""

@@ -11,10 +11,14 @@ readonly database", exactly as on a read-only file system.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import aiohttp
 from mcp_types import jsonrpc
 
-from tests.conftest import Embedded, McpHttp
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.store.sqlite import SqliteTaskStore
+from tests.conftest import Embedded, McpHttp, server_settings, serving, start_embedded, until
 
 
 async def test_a_store_that_cannot_write_is_503_reads_work_and_running_work_survives(
@@ -41,3 +45,38 @@ async def test_a_store_that_cannot_write_is_503_reads_work_and_running_work_surv
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "slept 2s on attempt 1"
     assert (await mcp.call_tool("sleeper", {"seconds": 0})).result["resultType"] == "task", "writes work again"
+
+
+async def test_a_run_that_finished_while_the_store_could_not_write_is_recorded_after_a_graceful_stop(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 21 item 6: the tool posted its result while the store refused writes, then the server stopped
+    gracefully. The task stays unfinished in the file, its outcome kept beside it; the next start records
+    the real result instead of declaring the outcome unknown."""
+    settings = server_settings(tmp_path / "data")
+    data_dir = settings.serve.data_dir
+    server, web_runner = await start_embedded(settings)
+    try:
+        mcp = McpHttp(http_session, server.url, changed=server.changed)
+        gate = tmp_path / "gate"
+        task_id = await mcp.start_task("gated", {"gate": str(gate)})
+        await mcp.wait_task(task_id, lambda task: task.get("statusMessage") == "waiting for the gate")
+        await server.store._w.execute("PRAGMA query_only = ON")
+        gate.touch()  # the tool answers now, into a store that cannot write
+        executions = server.runner.executions._by_id.values()
+        refused = await until(lambda: next((e for e in executions if e.unrecorded is not None), None))
+        assert refused.task_id == task_id, "the tool posted its result and was refused (503): it retries"
+    finally:
+        await web_runner.cleanup()  # a graceful stop while the store still cannot write
+    async with SqliteTaskStore(data_dir / "tasks.sqlite3") as store:
+        left = await store.get(task_id)
+    assert left.status is TaskStatus.WORKING, "not declared lost: the next start decides"
+    kept = data_dir / "outcomes" / f"{task_id}.outcome.json"
+    assert kept.exists()
+
+    async with serving(settings) as again:
+        mcp = McpHttp(http_session, again.url, changed=again.changed)
+        done = await mcp.wait_status(task_id, "completed", "failed")
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "passed the gate on attempt 1"
+    assert not kept.exists(), "recorded, then forgotten"

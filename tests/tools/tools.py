@@ -21,6 +21,15 @@ def sleeper(ctx: ToolContext) -> str:
     return f"slept {seconds:g}s on attempt {ctx.attempt}"
 
 
+def gated(ctx: ToolContext) -> str:
+    """Reports once, then waits without a word to the worker API until the file `gate` exists, then answers."""
+    ctx.report("waiting for the gate")
+    gate = str(ctx.arguments["gate"])
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return f"passed the gate on attempt {ctx.attempt}"
+
+
 def stubborn(ctx: ToolContext) -> str:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ctx.report("ignoring SIGTERM")
@@ -178,6 +187,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "ask_then_work": ask_then_work,
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,
+    "gated": gated,
     "stubborn": stubborn,
     "short_deadline": sleeper,
     "big_result": big_result,
