@@ -84,7 +84,12 @@ def release(control_plane: ControlPlane) -> Iterator[Release]:
     namespace = f"scope-{secrets.token_hex(3)}"
     control_plane.kubectl("create", "namespace", namespace)
     control_plane.helm("upgrade", "--install", "mcp-tasks-crds", str(CRD_CHART), "--take-ownership", "--wait")
-    values = ["auth.existingSecret=tokens", "gateway.replicas=0", "operator.replicas=0"]
+    values = [
+        "auth.existingSecret=tokens",
+        "gateway.replicas=0",
+        "operator.replicas=0",
+        "operator.admissionPolicy.toolServiceAccounts={fetcher}",
+    ]
     control_plane.helm(
         "install", RELEASE, str(CHART), "--namespace", namespace, *[a for v in values for a in ("--set", v)]
     )
@@ -191,6 +196,10 @@ def test_a_warm_object_cannot_reach_beyond_the_warm_workers(release: Release) ->
     as_gateway = json.loads(json.dumps(deployment))
     as_gateway["spec"]["template"]["spec"]["serviceAccountName"] = gateway
     assert "tool account" in apply(release, as_gateway, allowed=False)
+    as_listed_account = json.loads(json.dumps(deployment))  # operator.admissionPolicy.toolServiceAccounts
+    as_listed_account["spec"]["template"]["spec"]["serviceAccountName"] = "fetcher"
+    apply(release, as_listed_account, allowed=True)
+    release.allowed("delete", "deployment", deployment["metadata"]["name"])
 
     fronting_gateway = json.loads(json.dumps(service))
     fronting_gateway["spec"]["selector"] = gateway_selector
