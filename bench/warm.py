@@ -4,9 +4,9 @@ What it measures, side by side in one run, for `bench_echo` (bench/tools_warm: a
 worker, `concurrency: 4`):
 
 - (w1) synchronous `tools/call` through the gateway vs a bare aiohttp handler that forwards the same
-  call to the same warm worker process (`forward`, below: parse JSON, POST /v1/calls, read the NDJSON
-  stream, answer JSON-RPC). Latency p50/p99 with one client, sequential. Target: gateway p50 ≤ 1.5x the
-  forwarder's.
+  call to the same warm worker process (`forward`, below: parse JSON, mint the call's credential with the
+  executor's warm-call key, POST /v1/calls, read the NDJSON stream, answer JSON-RPC). Latency p50/p99
+  with one client, sequential. Target: gateway p50 ≤ 1.5x the forwarder's.
 - (w2) embedded only: a task on the warm tool, from `tools/call` (tasks extension) to the first
   `tasks/get` that reads `completed` (polled back to back). Target: p50 ≤ 14 ms, twice the 7.0 ms that
   FastMCP with fastmcp-tasks reached in process (issue #12's measurement; `bench.versus_fastmcp` measures
@@ -43,6 +43,8 @@ from aiohttp import web
 
 from bench import run, wire
 from bench.loadgen import percentile
+from mcp_tasks.worker import warm_auth
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 TOOLS = run.BENCH_DIR / "tools_warm"
 TOOL = "bench_echo"
@@ -57,8 +59,11 @@ _WATCHED = {"mcptasks", "jobs", "pods", "secrets"}
 # ---------------------------------------------------------------- the bare forwarder
 
 
-def forward_app(worker: str) -> web.Application:
-    """The floor of (w1): answer a `tools/call` with what the warm worker at `worker` returns."""
+def forward_app(worker: str, key: Path) -> web.Application:
+    """The floor of (w1): answer a `tools/call` with what the warm worker at `worker` returns (each call
+    carries a credential minted with the warm-call key in `key`, as the gateway's does).
+    """
+    signer = WarmCallSigner.from_pem(key.read_bytes())
     app = web.Application()
     final = {"result", "error", "cancelled", "inputRequired", "crashed"}
 
@@ -70,7 +75,10 @@ def forward_app(worker: str) -> web.Application:
     async def handle(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
         call = {"executionId": secrets.token_hex(8), "arguments": body["params"].get("arguments", {})}
-        async with app["session"].post(worker + "/v1/calls", json=call) as response:
+        data = json.dumps(call).encode()
+        token = signer.mint(TOOL, call["executionId"], "call", "bench", data)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+        async with app["session"].post(worker + "/v1/calls", data=data, headers=headers) as response:
             async for line in response.content:
                 event = json.loads(line)
                 if event["event"] in final:
@@ -83,8 +91,8 @@ def forward_app(worker: str) -> web.Application:
     return app
 
 
-async def _serve_forwarder(worker: str) -> None:
-    runner = web.AppRunner(forward_app(worker), access_log=None)
+async def _serve_forwarder(worker: str, key: Path) -> None:
+    runner = web.AppRunner(forward_app(worker, key), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     print(f"http://127.0.0.1:{runner.addresses[0][1]}/", flush=True)
@@ -168,8 +176,8 @@ def warm_workers() -> list[int]:
 
 
 @contextlib.contextmanager
-def forwarder(worker: str, cpus: set[int] | None, tmp: Path) -> Iterator[str]:
-    argv = [run.PYTHON, "-m", "bench.warm", "forward", "--worker", worker]
+def forwarder(worker: str, key: Path, cpus: set[int] | None, tmp: Path) -> Iterator[str]:
+    argv = [run.PYTHON, "-m", "bench.warm", "forward", "--worker", worker, "--key", str(key)]
     server = run.start_server("forwarder", argv, dict(os.environ), cpus, tmp)
     try:
         yield server.url
@@ -249,7 +257,7 @@ def embedded(args: argparse.Namespace, tmp: Path, server_cpus: set[int] | None) 
     try:
         (pid,) = _until(lambda: run.children(server.process.pid), 30, "the warm worker")
         worker = f"http://127.0.0.1:{worker_port(pid)}"
-        with forwarder(worker, server_cpus, tmp) as floor:
+        with forwarder(worker, data / "warm-call.key", server_cpus, tmp) as floor:
 
             def stored() -> int:
                 with contextlib.closing(sqlite3.connect(data / "tasks.sqlite3")) as db:
@@ -293,6 +301,11 @@ def kubernetes(args: argparse.Namespace, tmp: Path, server_cpus: set[int] | None
         manifests = yaml.safe_dump_all(cluster.local_tool_manifests([TOOLS]))
         plane.kubectl("apply", "-n", NAMESPACE, "-f", "-", input_text=manifests)
         port = cluster.free_port()
+        # The operator and the gateway hold the one warm-call key (the chart mounts its Secret in both).
+        key = warm_auth.new_private_pem()
+        for folder in ("operator", "gateway"):
+            (tmp / folder).mkdir()
+            (tmp / folder / "warm-call.key").write_bytes(key)
         operator = subprocess.Popen(
             [
                 *(run.PYTHON, "-m", "mcp_tasks.cli", "operator", "--kubeconfig", str(plane.kubeconfig)),
@@ -317,7 +330,7 @@ def kubernetes(args: argparse.Namespace, tmp: Path, server_cpus: set[int] | None
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(pid, server_cpus or os.sched_getaffinity(0))
             time.sleep(2)  # the gateway's catalog sees the endpoint
-            with forwarder(f"http://{endpoint}", server_cpus, tmp) as floor:
+            with forwarder(f"http://{endpoint}", tmp / "operator" / "warm-call.key", server_cpus, tmp) as floor:
                 before = api_writes(plane)
                 if before == 0:  # the pods' own status writes are there: a zero means the metric was not read
                     raise RuntimeError("no apiserver_request_total writes found in the kube-apiserver's /metrics")
@@ -334,6 +347,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command")
     forward = sub.add_parser("forward", help="run the bare forwarder (internal)")
     forward.add_argument("--worker", required=True)
+    forward.add_argument("--key", type=Path, required=True, help="the warm-call key (PEM) the calls are signed with")
     parser.add_argument("--requests", type=int, default=1000, help="calls per target per round (default 1000)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=200)
@@ -341,7 +355,7 @@ def main() -> None:
     parser.add_argument("--kubernetes", action="store_true", help="measure on the test control plane instead")
     args = parser.parse_args()
     if args.command == "forward":
-        asyncio.run(_serve_forwarder(args.worker))
+        asyncio.run(_serve_forwarder(args.worker, args.key))
         return
     allowed = sorted(os.sched_getaffinity(0))
     server_cpus = {allowed[0]} if len(allowed) > 1 else None

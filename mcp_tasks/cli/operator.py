@@ -11,7 +11,7 @@ import signal
 
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.gateway import connect
-from mcp_tasks.cli.serve import load_request_state_key, start_metrics
+from mcp_tasks.cli.serve import load_warm_call_signer, start_metrics
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.operator import app
 from mcp_tasks.store.kubernetes.client import close_api_client
@@ -39,7 +39,7 @@ async def operator(settings: Settings) -> None:
         runner=settings.runner,
         watch_timeout_s=settings.kubernetes.watch_timeout_s,
         artifacts=artifacts,
-        request_state_key=load_request_state_key(data_dir),
+        warm_call_signer=load_warm_call_signer(settings),
     )
     metrics_runner = None
     try:

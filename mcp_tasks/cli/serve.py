@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +28,8 @@ from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.manifests import FileToolCatalog
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.worker import warm_auth
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.cli")
 
@@ -35,22 +37,45 @@ LINGERING_TIME_S = 1.0
 """How long aiohttp keeps draining a request body it answered early (e.g. 413), in seconds (aiohttp: 10)."""
 
 
-def load_key(data_dir: Path, name: str) -> bytes:
-    """A 32-byte secret key in `data_dir/name`, created once (mode 0600, fsynced).
+def load_key(data_dir: Path, name: str, make: Callable[[], bytes] = lambda: secrets.token_bytes(32)) -> bytes:
+    """A secret key in `data_dir/name`, created once (`make()`, default 32 random bytes; mode 0600, fsynced).
 
     Restarts and sibling processes on the same data folder share it; of two concurrent creators, the
-    first one's key wins (`O_EXCL`).
+    first one's key wins, and none reads a half-written one: it is written aside, then linked into place.
     """
     path = data_dir / name
     data_dir.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        aside = data_dir / f".{name}.{secrets.token_hex(4)}"
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(secrets.token_bytes(32))
+                handle.write(make())
                 handle.flush()
                 os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        finally:
+            aside.unlink()
     return path.read_bytes()
+
+
+def load_warm_call_signer(settings: Settings) -> WarmCallSigner:
+    """The warm-call key (`MCPTASKS_WARM_CALL_KEY_FILE`, else `warm-call.key` in the data folder, created if absent).
+
+    Raises:
+        SettingsError: the file named cannot be read or holds no Ed25519 private key in PEM.
+    """
+    path = settings.serve.warm_call_key_file
+    try:
+        if path is None:
+            pem = load_key(settings.serve.data_dir.resolve(), "warm-call.key", warm_auth.new_private_pem)
+        else:
+            pem = path.read_bytes()
+        return WarmCallSigner.from_pem(pem)
+    except (OSError, ValueError) as exc:
+        where = path or settings.serve.data_dir / "warm-call.key"
+        raise SettingsError(f"MCPTASKS_WARM_CALL_KEY_FILE ({where}): {exc}") from exc
 
 
 def load_request_state_key(data_dir: Path) -> bytes:
@@ -77,6 +102,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
         settings.runner,
         state_dir=data_dir,
         worker_key=load_key(data_dir, "worker.key"),
+        warm_call_signer=load_warm_call_signer(settings),
     )
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings

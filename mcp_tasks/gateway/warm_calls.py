@@ -27,7 +27,17 @@ from mcp_tasks.tasks.interfaces import InlineCall, ToolExecutor
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import Execution, Finished
-from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
+from mcp_tasks.worker.warm import (
+    WarmTarget,
+    WorkerLost,
+    apply_final,
+    auth_for,
+    call_body,
+    cancel_call,
+    channel_events,
+    send_call,
+)
+from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
@@ -43,14 +53,21 @@ class WarmCallExecutor:
         endpoints: tool name → `host:port` of its ready warm workers (`KubernetesToolCatalog.warm_endpoints`).
         channel: checks results as the worker API does (CallToolResult, `outputSchema`, the inline cap);
             a synchronous execution never touches its store.
+        signer: mints each call's and cancel's credential (the warm-call key the operator's warm pods
+            check; the gateways hold it for their synchronous calls, docs/security.md).
 
     Use `await start()` and `await aclose()` (they own the HTTP session).
     """
 
     def __init__(
-        self, fallback: ToolExecutor, endpoints: Callable[[str], Sequence[str]], channel: WorkerChannel
+        self,
+        fallback: ToolExecutor,
+        endpoints: Callable[[str], Sequence[str]],
+        channel: WorkerChannel,
+        signer: WarmCallSigner,
     ) -> None:
         self.fallback = fallback
+        self.signer = signer
         self.endpoints = endpoints
         self.channel = channel
         self._session: aiohttp.ClientSession | None = None
@@ -90,15 +107,17 @@ class WarmCallExecutor:
             arguments=call.arguments,
             task_id=None,
             pre_input_responses=dict(call.pre_input_responses),
+            owner=call.owner,
             on_progress=call.on_progress,
         )
         body = call_body(tool, execution, None)
+        auth = auth_for(self.signer, tool.name, execution)
         outcome: JsonObject | object = _AGAIN_AS_TASK
         async with asyncio.timeout(tool.execution.sync_timeout_seconds):
             for endpoint in endpoints[first:] + endpoints[:first]:
                 target = WarmTarget(f"http://{endpoint}")
                 try:
-                    final = await send_call(self._session, target, body, channel_events(self.channel, execution))
+                    final = await send_call(self._session, target, body, channel_events(self.channel, execution), auth)
                 except WorkerLost as exc:
                     if not exc.delivered:
                         logger.info("warm worker %s of %s refused the call: %s", endpoint, tool.name, exc)
@@ -106,7 +125,7 @@ class WarmCallExecutor:
                     metrics.WARM_CALLS.labels(tool.name, "lost").inc()
                     return results.worker_lost_mid_call(tool.name, str(exc))
                 except asyncio.CancelledError:  # past the synchronous wait, or the client is gone
-                    self._cancel_soon(target, execution.execution_id)
+                    self._cancel_soon(target, auth)
                     raise
                 outcome = await self._outcome(call, execution, final)
                 break
@@ -140,9 +159,9 @@ class WarmCallExecutor:
             return error_result(f"Tool {tool.name!r} raised an exception without a result. Its last output:\n{tail}")
         return error_result(f"The call of {tool.name!r} was stopped on its warm worker")
 
-    def _cancel_soon(self, target: WarmTarget, execution_id: str) -> None:
+    def _cancel_soon(self, target: WarmTarget, auth: CallAuth) -> None:
         if self._session is None:
             return
-        task = asyncio.get_running_loop().create_task(cancel_call(self._session, target, execution_id))
+        task = asyncio.get_running_loop().create_task(cancel_call(self._session, target, auth))
         self._cancels.add(task)
         task.add_done_callback(self._cancels.discard)

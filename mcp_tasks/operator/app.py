@@ -31,7 +31,7 @@ from mcp_tasks.operator.peering import ActivePeer
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.tool_status import write_tool_statuses
-from mcp_tasks.operator.warm_tasks import WarmTaskRunner, worker_key
+from mcp_tasks.operator.warm_tasks import WarmTaskRunner
 from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
@@ -40,6 +40,7 @@ from mcp_tasks.tasks.interfaces import ArtifactStore, utc_now
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import ChainedLookup, Execution
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.operator")
 
@@ -61,7 +62,9 @@ class OperatorWiring:
         watch_timeout_s: server-side timeout of each McpTask/McpTool WATCH, in seconds.
         artifacts: where large results are kept (files on the shared volume, or an S3 bucket); the caller
             opens it before `run` and closes it after.
-        request_state_key: the HMAC key shared with the gateways (`request-state.key`).
+        warm_call_signer: the operator's own warm-call key (`worker.warm_auth`; the chart's Secret, never the
+            gateways' request-state key): signs the credentials of its warm calls, its public half goes into
+            the warm Deployments' pods, and the worker tokens of warm calls are derived from it.
     """
 
     api_client: ApiClient
@@ -71,7 +74,7 @@ class OperatorWiring:
     runner: RunnerSettings
     watch_timeout_s: int
     artifacts: ArtifactStore
-    request_state_key: bytes
+    warm_call_signer: WarmCallSigner
 
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
@@ -144,7 +147,15 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
         store.add_change_listener(reconciler.queue.add)
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
-        warm_tools = WarmTools(api, namespace, catalog, config.instance, config.resync_interval_s, config.tool_defaults)
+        warm_tools = WarmTools(
+            api,
+            namespace,
+            catalog,
+            config.instance,
+            wiring.warm_call_signer.public_pem,
+            config.resync_interval_s,
+            config.tool_defaults,
+        )
         warm_tasks = WarmTaskRunner(
             store,
             catalog,
@@ -152,7 +163,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             utc_now,
             replace(wiring.runner, inline_result_max_bytes=config.inline_result_max_bytes),
             config.pod_worker_url,
-            worker_key(wiring.request_state_key),
+            wiring.warm_call_signer,
             reconciler.job_exists,
             warm_tools.kill_pod,
         )

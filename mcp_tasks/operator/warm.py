@@ -3,10 +3,12 @@
 Each object is named after its McpTool (`warm_name`), carries a controller owner reference to it (deleting
 the McpTool removes them through the garbage collector) and is applied server-side, so an McpTool edit
 updates them in place. The pods run the tool's image with its command and the warm-worker variables
-(`runtime.contract.ENV_SERVE_*`), the same restricted security profile as a task's Job, no Kubernetes
-credentials and no worker token (a synchronous call needs no worker API), and a readiness probe on
-`/healthz`. `pod_endpoint` tells which pods may take calls: the operator publishes them in the
-McpTool's `status.warm`, and the gateways send synchronous calls straight to them.
+(`runtime.contract.ENV_SERVE_*`, among them the public half of the operator's warm-call key, with which
+they refuse every call, re-attach and cancel not signed by the operator or a gateway), the same
+restricted security profile as a task's Job, no Kubernetes credentials and no worker token (a
+synchronous call needs no worker API), and a readiness probe on `/healthz` (open). `pod_endpoint` tells
+which pods may take calls: the operator publishes them in the McpTool's `status.warm`, and the gateways
+send synchronous calls straight to them.
 """
 
 from __future__ import annotations
@@ -56,10 +58,13 @@ def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> Json
 
 
 def build_deployment(
-    mcptool: JsonObject, tool: ToolSpec, instance: str | None, defaults: ToolDefaults | None = None
+    mcptool: JsonObject, tool: ToolSpec, instance: str | None, call_key: str, defaults: ToolDefaults | None = None
 ) -> JsonObject:
     """The Deployment of `tool`'s warm workers (`tool.warm` set), shaped as its Jobs are (`pods.shape_*`
     over the release's `defaults`); `warm.resources`, when given, replaces the container's `resources`.
+
+    `call_key` is the public key (PEM) of the warm-call credentials (`contract.ENV_SERVE_CALL_KEY`): public,
+    so it sits in the pod template, and a new key rolls the pods.
 
     Replicas: `minWorkers`, at least 1 (a Deployment scaled to zero takes no calls; embedded pools start
     lazily instead). With `autoscaling` the replica count is left to the HPA after creation.
@@ -75,6 +80,7 @@ def build_deployment(
         {"name": contract.ENV_SERVE_PORT, "value": str(warm.port)},
         {"name": contract.ENV_SERVE_CONCURRENCY, "value": str(warm.concurrency)},
         {"name": contract.ENV_SERVE_TOOL, "value": tool.name},
+        {"name": contract.ENV_SERVE_CALL_KEY, "value": call_key},
     ]
     probe = {"httpGet": {"path": contract.PATH_HEALTH, "port": "calls"}, "periodSeconds": 2, "timeoutSeconds": 2}
     container = pods.tool_container(tool, env)

@@ -6,8 +6,9 @@ the warm Deployment's ready pods (`status.warm.endpoints`) as its workers (`Endp
 
 - it claims the task (compare-and-swap of `status.lease`, attempt + 1), sends the call to a pod with the
   worker API to ask input through (`workerUrl`: the operator's worker API, the same one Job pods use) and a
-  per-execution token derived from a key every operator replica shares, and renews the lease while the
-  call runs;
+  per-execution token derived from the operator's warm-call key (every replica holds it), and renews the
+  lease while the call runs; each call, and its cancel, carries a credential minted with that key
+  (`worker.warm_auth`), which the pods check with its public half;
 - `maxRunTimeSeconds`, `maxInputWaitSeconds`, `tasks/cancel` and a hidden task's caller going away stop the
   call (`DELETE /v1/calls/{id}`; the pod itself is deleted when the call outlives its grace period);
 - a pod lost mid-call, or an operator replica that died holding the lease (it expires), applies the restart
@@ -23,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
-import hmac
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -51,18 +50,12 @@ from mcp_tasks.tasks.record import Lease, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.operator")
 
 RERUN: Final = "warm-rerun"
 """Holder of the expired lease a lost warm run leaves on a task it re-runs: any warm runner claims it."""
-
-
-def worker_key(shared_secret: bytes) -> bytes:
-    """The key warm calls' worker tokens are derived from: the same in every operator replica (they share
-    the data volume's secret), so any replica's worker API can verify a pod's call.
-    """
-    return hmac.new(shared_secret, b"mcp-tasks warm worker tokens", hashlib.sha256).digest()
 
 
 def _keep_rerun_here(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
@@ -82,7 +75,8 @@ class WarmTaskRunner:
         store, catalog: the McpTask store and the McpTool catalog.
         artifacts, clock, settings: as for `LocalRunner`.
         worker_url: base URL at which pods reach the operator's worker API (`OperatorSettings.pod_worker_url`).
-        key: from `worker_key`.
+        signer: the operator's warm-call key: mints the pods' call credentials, and the worker tokens are
+            derived from it (`WarmCallSigner.worker_tokens_key`), so any replica's worker API verifies them.
         job_exists: whether a task (by id) has a Job (it is then the Job's, not this runner's), read
             authoritatively.
         kill_pod: stops the warm pod at an address (`http://ip:port`).
@@ -96,7 +90,7 @@ class WarmTaskRunner:
         clock: Clock,
         settings: RunnerSettings,
         worker_url: str,
-        key: bytes,
+        signer: WarmCallSigner,
         job_exists: Callable[[str], Awaitable[bool]],
         kill_pod: Callable[[str], Awaitable[None]],
     ) -> None:
@@ -106,8 +100,9 @@ class WarmTaskRunner:
         self._job_exists = job_exists
         self._kill_pod = kill_pod
         runs_dir = Path(tempfile.mkdtemp(prefix="mcptasks-warm-"))  # warm calls write no stderr file here
+        tokens = WorkerTokens(signer.worker_tokens_key())
         self.ctx = RunContext(
-            store, catalog, artifacts, clock, settings, new_holder(), WorkerTokens(key), runs_dir, adoptable=True
+            store, catalog, artifacts, clock, settings, new_holder(), tokens, signer, runs_dir, adoptable=True
         )
         self.ctx.channel = WorkerChannel(store, artifacts, clock, settings.inline_result_max_bytes)
         self.pools = WarmPools(self._new_pool, follow_declared=True)

@@ -63,6 +63,7 @@ class WarmTools:
         namespace: the operator's namespace.
         catalog: the McpTools (shared with the reconciler).
         instance: the `app.kubernetes.io/instance` label for the pods (the release's NetworkPolicy).
+        call_key: the public key (PEM) the warm pods check their calls' credentials with.
         resync_s: how often everything is applied and listed again even without a change, in seconds.
         defaults: the release's `toolDefaults`, merged under each warm tool's pod shape.
     """
@@ -73,6 +74,7 @@ class WarmTools:
         namespace: str,
         catalog: KubernetesToolCatalog,
         instance: str | None,
+        call_key: str,
         resync_s: float = 300.0,
         defaults: ToolDefaults | None = None,
     ) -> None:
@@ -80,6 +82,7 @@ class WarmTools:
         self.defaults = defaults
         self.catalog = catalog
         self.instance = instance
+        self.call_key = call_key
         self.resync_s = resync_s
         apis = client.Apis(api)
         self._apps, self._core, self._autoscaling, self._objects = apis.apps, apis.core, apis.autoscaling, apis.objects
@@ -170,7 +173,7 @@ class WarmTools:
         for name, (obj, tool) in self._warm_tools().items():
             try:
                 manifests = [
-                    build_deployment(obj, tool, self.instance, self.defaults),
+                    build_deployment(obj, tool, self.instance, self.call_key, self.defaults),
                     build_service(obj, tool, self.instance),
                 ]
             except ValueError as exc:

@@ -24,6 +24,7 @@ from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCata
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.channel import Transition, WorkerChannel
 from mcp_tasks.worker.executions import Execution, ExecutionTable
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -42,6 +43,7 @@ class RunContext:
             UTC clock and settings.
         holder: this executor's lease holder name (`host:pid:random`).
         tokens: derives and verifies the runs' worker tokens.
+        signer: mints the credentials of warm calls (`worker.warm_auth`).
         runs_dir: where each run's stderr file lives (`<execution id>.stderr`).
         adoptable: whether runs can outlive this executor and be adopted (a persistent state folder).
         outcomes: where a stopping executor keeps the outcomes the task store refused, for the next start
@@ -62,6 +64,7 @@ class RunContext:
     settings: RunnerSettings
     holder: str
     tokens: WorkerTokens
+    signer: WarmCallSigner
     runs_dir: Path
     adoptable: bool = False
     outcomes: KeptOutcomes | None = None
@@ -95,6 +98,7 @@ class RunContext:
             pre_input_responses=record.pre_input_responses,
             execution_id=execution_id,
             token=self.tokens.token_for(execution_id),
+            owner=record.owner,  # whom its warm calls' credentials name (`worker.warm_auth.caller_of`)
         )
 
     async def write(self, updated: TaskRecord) -> TaskRecord:

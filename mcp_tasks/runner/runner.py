@@ -41,9 +41,11 @@ from mcp_tasks.runner.warm_pool import WarmPool, WarmWorkers
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InlineCall, TaskStore, ToolCatalog
 from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker import warm_auth
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import Execution, ExecutionTable
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 __all__ = ["LocalRunner", "RunnerSettings"]
 
@@ -70,6 +72,8 @@ class LocalRunner:
     Use `await start()` and `await aclose()`. A restarted server adopts the runs of a crashed one
     (docs/design.md §7) when it gets the same `state_dir` (worker port, stderr files) and the same
     persisted `worker_key` (the tools' tokens are derived from it); without them runs are not adoptable.
+    Warm calls carry credentials minted by `warm_call_signer` (its public key goes to the warm workers it
+    starts); a restarted runner re-attaches to a crashed one's warm calls only with the same key.
     """
 
     def __init__(
@@ -81,12 +85,15 @@ class LocalRunner:
         settings: RunnerSettings,
         state_dir: Path | None = None,
         worker_key: bytes | None = None,
+        warm_call_signer: WarmCallSigner | None = None,
     ) -> None:
         # Where runs survive this process: the worker port (tools keep calling it) and each run's stderr
         # file; with the persisted worker key (tokens a restarted runner can verify) runs are adoptable.
         # Without a state folder a temporary folder holds the stderr files and the key lives in memory.
         runs_dir = (state_dir / "runs") if state_dir is not None else Path(tempfile.mkdtemp(prefix="mcptasks-"))
         key = worker_key if worker_key is not None else secrets.token_bytes(32)
+        if warm_call_signer is None:
+            warm_call_signer = WarmCallSigner.from_pem(warm_auth.new_private_pem())
         self.ctx = RunContext(
             store,
             catalog,
@@ -95,6 +102,7 @@ class LocalRunner:
             settings,
             new_holder(),
             WorkerTokens(key),
+            warm_call_signer,
             runs_dir,
             adoptable=state_dir is not None,
             outcomes=KeptOutcomes(state_dir / "outcomes") if state_dir is not None else None,
@@ -126,7 +134,7 @@ class LocalRunner:
     def _new_pool(self, tool: ToolSpec) -> WarmWorkers:
         """Local worker processes of `tool`."""
         assert self._session is not None, "start() first"
-        return WarmPool(tool, self._session, self.ctx.runs_dir)
+        return WarmPool(tool, self._session, self.ctx.runs_dir, self.ctx.signer.public_pem)
 
     async def start(self) -> None:
         """Serve the worker API on loopback, then start the claim and sweep loops.

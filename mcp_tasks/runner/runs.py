@@ -22,6 +22,7 @@ from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.record import LeaseProcess
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.warm import auth_for
 
 ToolRun = ToolProcess | WarmRun | AdoptedWarmCall
 """A run the runner supervises: its own process, a call on a warm worker (`spec.warm`), or such a call a
@@ -92,7 +93,8 @@ class Runs:
         if tool.warm is not None:
             pool = self.pools.get(tool)
             detach_s = self.detach_s if self.ctx.adoptable and execution.task_id is not None else 0.0
-            return WarmRun(pool, execution, self.ctx.channel, self.ctx.base_url, acquire_timeout_s, detach_s)
+            auth = auth_for(self.ctx.signer, tool.name, execution)
+            return WarmRun(pool, execution, self.ctx.channel, self.ctx.base_url, auth, acquire_timeout_s, detach_s)
         return ToolProcess(tool, self.contract_env(execution), self.log_path(execution.execution_id))
 
     @property
@@ -115,7 +117,10 @@ class Runs:
         if session is None:
             raise ValueError("no HTTP session for warm calls: start() first")
         pid = running.pid or None  # 0: a pod, not a local process
-        return AdoptedWarmCall(session, tool, execution, self.ctx.channel, running.warm_endpoint, pid, running.identity)
+        auth = auth_for(self.ctx.signer, tool.name, execution)
+        return AdoptedWarmCall(
+            session, tool, execution, self.ctx.channel, auth, running.warm_endpoint, pid, running.identity
+        )
 
     def log_path(self, execution_id: str) -> Path:
         """Where the run's stderr goes."""

@@ -128,12 +128,14 @@ class WarmPool:
         tool: the tool (`tool.warm` set).
         session: the HTTP session calls and health checks use.
         runs_dir: where each worker's stderr file goes.
-        clock: monotonic seconds (the event loop's time).
+        call_key: the public key (PEM) the workers check their calls' credentials with
+            (`contract.ENV_SERVE_CALL_KEY`, handed over in their environment; not a secret).
     """
 
-    def __init__(self, tool: ToolSpec, session: aiohttp.ClientSession, runs_dir: Path) -> None:
+    def __init__(self, tool: ToolSpec, session: aiohttp.ClientSession, runs_dir: Path, call_key: str) -> None:
         assert tool.warm is not None
         self.tool = tool
+        self.call_key = call_key
         self.spec: WarmSpec = tool.warm
         self.session = session
         self.runs_dir = runs_dir
@@ -248,6 +250,7 @@ class WarmPool:
             contract.ENV_SERVE_HOST: "127.0.0.1",
             contract.ENV_SERVE_CONCURRENCY: str(self.spec.concurrency),
             contract.ENV_SERVE_TOOL: self.tool.name,
+            contract.ENV_SERVE_CALL_KEY: self.call_key,
             contract.ENV_SERVE_PARENT_PID: str(os.getpid()),
         }
         log = self.runs_dir / f"warm-{self.tool.name}-{os.getpid()}-{self._serial}.stderr"

@@ -36,6 +36,7 @@ from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
 from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
+from mcp_tasks.worker.warm_auth import CallAuth
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -87,6 +88,8 @@ class WarmRun:
     execution: Execution
     channel: WorkerChannel
     worker_api_url: str
+    auth: CallAuth
+    """Mints the call's credentials (each try of the call and its cancel gets a fresh one)."""
     acquire_timeout_s: float | None
     detach_s: float = 0.0
     """> 0: a task's call that outlives a crash of its runner, its outcome kept this long (runtime/serve.py)."""
@@ -138,7 +141,7 @@ class WarmRun:
                 try:
                     on_event = channel_events(self.channel, self.execution)
                     self.delivering = True
-                    final = await send_call(self.pool.session, target, body, on_event)
+                    final = await send_call(self.pool.session, target, body, on_event, self.auth)
                     break
                 except WorkerLost as exc:
                     self.delivering = False
@@ -205,7 +208,7 @@ class WarmRun:
                 await self._call
             return
         if worker is not None:
-            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.execution.execution_id)
+            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.auth)
         try:
             async with asyncio.timeout(grace_s):
                 await asyncio.shield(self._call)
@@ -234,6 +237,7 @@ class AdoptedWarmCall:
         tool: the task's tool.
         execution: the run's worker-API view (same execution id and token as before the crash).
         channel: records the outcome.
+        auth: mints each re-attach's and the cancel's credential (the same caller as the call's).
         warm_endpoint: the worker's `host:port`.
         pid, process_identity: the local worker process (`identity.of`), to tell it is still alive; `None`
             and `""` for a pod, which counts as gone once unreachable for `REMOTE_UNREACHABLE_S`.
@@ -247,6 +251,7 @@ class AdoptedWarmCall:
         tool: ToolSpec,
         execution: Execution,
         channel: WorkerChannel,
+        auth: CallAuth,
         warm_endpoint: str,
         pid: int | None,
         process_identity: str,
@@ -255,6 +260,7 @@ class AdoptedWarmCall:
         self.tool = tool
         self.execution = execution
         self.channel = channel
+        self.auth = auth
         self.base_url = f"http://{warm_endpoint}"
         self.warm_endpoint = warm_endpoint
         self.pid = pid
@@ -277,7 +283,7 @@ class AdoptedWarmCall:
         unreachable_since: float | None = None
         while True:
             try:
-                async with self.session.get(url) as response:
+                async with self.session.get(url, headers=self.auth.headers("reattach")) as response:
                     if response.status == 200:
                         final = await response.json()
                         code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
@@ -307,7 +313,7 @@ class AdoptedWarmCall:
         """Cancel the call; past `grace_s` seconds kill its worker (nothing else of this runner uses it)."""
         if self._follow is not None and self._follow.done():
             return
-        await cancel_call(self.session, WarmTarget(self.base_url), self.execution.execution_id)
+        await cancel_call(self.session, WarmTarget(self.base_url), self.auth)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self.wait()

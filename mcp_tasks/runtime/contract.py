@@ -56,12 +56,38 @@ ENV_SERVE_CONCURRENCY: Final = "MCPTASKS_SERVE_CONCURRENCY"
 ENV_SERVE_TOOL: Final = "MCPTASKS_SERVE_TOOL"
 """The tool a warm worker serves: a call naming another tool (a stale address reused by another
 tool's pod) is refused with 409, before anything runs."""
+ENV_SERVE_CALL_KEY: Final = "MCPTASKS_SERVE_CALL_KEY"
+"""The public key(s) a warm worker checks its callers' credentials with: Ed25519 public keys in PEM
+(`-----BEGIN PUBLIC KEY-----`), one or more (a key rotation), concatenated. Public, not a secret: the
+executor that starts the worker puts it there (the embedded runner in the environment it spawns the
+worker with; on Kubernetes the operator in the warm Deployment's pod template). A worker without it
+refuses to start."""
+ENV_SERVE_CALL_KEY_FILE: Final = "MCPTASKS_SERVE_CALL_KEY_FILE"
+"""Instead of `MCPTASKS_SERVE_CALL_KEY`: a file holding the same PEM text, read once at start."""
 ENV_SERVE_PARENT_PID: Final = "MCPTASKS_SERVE_PARENT_PID"
 """Embedded only: the runner's pid. The worker exits when its parent is gone, so a crashed server
 leaves no warm worker behind."""
 
+CALL_AUDIENCE_PREFIX: Final = "mcp-tasks-warm-worker:"
+"""A warm-call credential's `aud` is this prefix and the tool's name: only that tool's workers take it."""
+CALL_OPERATIONS: Final = frozenset({"call", "reattach", "cancel"})
+"""The `op` claim of a warm-call credential: `POST /v1/calls`, `GET /v1/calls/{id}`, `DELETE /v1/calls/{id}`."""
+CALL_MAX_LIFETIME_S: Final = 600
+"""Longest lifetime (`exp` - `iat`) a warm worker accepts in a credential, in seconds (executors mint 120 s)."""
+
 PATH_CALLS: Final = "/v1/calls"
-"""Served by a warm worker. POST `{executionId, tool?, arguments, inputResponses, taskId, attempt,
+"""Served by a warm worker; every request carries `Authorization: Bearer <credential>` (below), checked
+before anything else: a missing, malformed, forged, expired, other-tool, other-call or replayed one is
+answered 401 `{"message": "unauthorized"}` and the connection closed, whatever the request.
+
+The credential is a JWT signed with EdDSA (Ed25519) by the executor (`ENV_SERVE_CALL_KEY` holds its
+public key), with claims `aud` (`CALL_AUDIENCE_PREFIX` + the tool name), `iat`, `exp` (at most
+`CALL_MAX_LIFETIME_S` after `iat`), `jti` (unique; a call's is taken once), `sub` (the caller: an opaque
+digest of the task's or synchronous call's principal), `op` (`CALL_OPERATIONS`), `executionId` (the call
+it addresses) and, for `op` `call`, `bodySha256` (hex SHA-256 of the exact request body). A re-attach or
+cancel is honoured only with the `sub` of the call it addresses (else 404, as for an unknown call).
+
+POST `{executionId, tool?, arguments, inputResponses, taskId, attempt,
 inputBeforeTask?, workerUrl?, workerToken?, maxRunTimeSeconds?, cancelGraceSeconds?}` → 200 with an
 NDJSON stream (`application/x-ndjson`) of events, one JSON object per line, the last one final:
 

@@ -16,7 +16,12 @@ are dropped, and its final event is kept `detachSeconds` after the call ends, fo
 fetch with `GET /v1/calls/{executionId}` (re-attach by execution id). A worker whose parent died takes
 no new calls and exits once no call runs and no kept outcome waits for its runner.
 
-Standard library only (`http.server`), like the rest of the runtime.
+Every request but `/healthz` carries a credential the executor that started the worker minted
+(`call_auth`, `contract.PATH_CALLS`), checked before the body is read or any call is touched: anyone
+else who can reach the port gets 401 and the connection closed, so no tool code runs, no slot is taken
+and no call is cancelled or read for them. A re-attach or cancel must also come from the call's caller.
+
+The standard library (`http.server`) plus `call_auth` for that check.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any, Final, NoReturn
 from urllib.parse import parse_qs
 
 from mcp_tasks.runtime import contract
+from mcp_tasks.runtime.call_auth import CallVerifier
 from mcp_tasks.runtime.tool import (
     CallCancelled,
     InputRoundsUnavailable,
@@ -65,6 +71,7 @@ class _Call:
     execution_id: str
     deadline: float
     grace_s: float
+    caller: str = ""  # the credential's `sub`: only it may re-attach to or cancel the call
     cancelled: threading.Event = field(default_factory=threading.Event)
     stop_by: float | None = None
     connection: socket.socket | None = None  # the caller's; its end means the caller is gone
@@ -101,16 +108,17 @@ class WarmServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], main: Main, concurrency: int) -> None:
+    def __init__(self, address: tuple[str, int], main: Main, concurrency: int, verifier: CallVerifier) -> None:
         super().__init__(address, _Handler)
         self.main = main
+        self.verifier = verifier
         self.concurrency = concurrency
         self.calls: dict[str, _Call] = {}
         self.lock = threading.Lock()
         self.draining = False
         self.idle = threading.Condition(self.lock)
-        # execution id → (final event, monotonic time after which nobody will fetch it)
-        self.kept: dict[str, tuple[Json, float]] = {}
+        # execution id → (final event, monotonic time after which nobody will fetch it, caller)
+        self.kept: dict[str, tuple[Json, float, str]] = {}
 
     def admit(self, call: _Call) -> bool:
         """Register `call` unless the worker is full, draining or already runs that execution."""
@@ -127,20 +135,22 @@ class WarmServer(ThreadingHTTPServer):
             if final is not None and call.detach_s > 0:
                 while len(self.kept) >= _MAX_KEPT_OUTCOMES:
                     self.kept.pop(next(iter(self.kept)))
-                self.kept[call.execution_id] = (final, time.monotonic() + call.detach_s)
+                self.kept[call.execution_id] = (final, time.monotonic() + call.detach_s, call.caller)
             self.idle.notify_all()
 
-    def reattach(self, execution_id: str, wait_s: float) -> tuple[str, Json | None]:
+    def reattach(self, execution_id: str, caller: str, wait_s: float) -> tuple[str, Json | None]:
         """`("final", event)` of a call that ended (handed over once), `("running", None)` while it still
-        runs after `wait_s` seconds, `("unknown", None)` when this worker knows no such call.
+        runs after `wait_s` seconds, `("unknown", None)` when this worker knows no such call of `caller`.
         """
         deadline = time.monotonic() + wait_s
         with self.lock:
             while True:
-                kept = self.kept.pop(execution_id, None)
-                if kept is not None:
+                kept = self.kept.get(execution_id)
+                if kept is not None and kept[2] == caller:
+                    del self.kept[execution_id]
                     return "final", kept[0]
-                if execution_id not in self.calls:
+                call = self.calls.get(execution_id)
+                if call is None or call.caller != caller:
                     return "unknown", None
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -193,8 +203,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+            self.send_header("Connection", "close")
+            self.close_connection = True  # its body (if any) is never read: nothing more on this connection
         self.end_headers()
         self.wfile.write(data)
+
+    def _authorization(self) -> list[str]:
+        return self.headers.get_all("Authorization") or []
+
+    def _unauthorized(self) -> None:
+        self._json(401, {"message": "unauthorized"})
 
     def do_GET(self) -> None:
         prefix = contract.PATH_CALLS + "/"
@@ -214,13 +234,17 @@ class _Handler(BaseHTTPRequestHandler):
         running after up to `S` seconds (202, default 5, at most 10), or unknown here (404).
         """
         execution_id, _, query = target.partition("?")
+        grant = self.server.verifier.verify(self._authorization(), "reattach", execution_id)
+        if grant is None:
+            self._unauthorized()
+            return
         asked = parse_qs(query, keep_blank_values=True).get("waitSeconds", ["5"])[-1]
         try:
             wait_s = min(max(float(asked), 0.0), _MAX_REATTACH_WAIT_S)
         except ValueError:
             self._json(400, {"message": "waitSeconds must be a number"})
             return
-        state, final = self.server.reattach(execution_id, wait_s)
+        state, final = self.server.reattach(execution_id, grant.caller, wait_s)
         if state == "final" and final is not None:
             self._json(200, final)
         elif state == "running":
@@ -231,9 +255,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         prefix = contract.PATH_CALLS + "/"
         execution_id = self.path[len(prefix) :] if self.path.startswith(prefix) else ""
+        grant = self.server.verifier.verify(self._authorization(), "cancel", execution_id) if execution_id else None
+        if grant is None:
+            self._unauthorized()
+            return
         with self.server.lock:
             call = self.server.calls.get(execution_id)
-        if call is None:
+        if call is None or call.caller != grant.caller:
             self._json(404, {"message": "no such call in flight"})
             return
         call.cancel(time.monotonic())
@@ -243,15 +271,24 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != contract.PATH_CALLS:
             self._json(404, {"message": "not found"})
             return
+        grant = self.server.verifier.verify(self._authorization(), "call", None)
+        if grant is None:  # before the body is read: an outsider's bytes cost nothing
+            self._unauthorized()
+            return
         try:
             length = int(self.headers.get("Content-Length", ""))
             if not 0 < length <= _MAX_BODY_BYTES:
                 raise ValueError("Content-Length must be between 1 and 64 MiB")
-            body = json.loads(self.rfile.read(length))
+            raw = self.rfile.read(length)
+            body = json.loads(raw)
             start, call = _parse_call(body)
         except (ValueError, TypeError, RecursionError) as exc:
             self._json(400, {"message": f"not a call: {exc}"})
             return
+        if not self.server.verifier.bind(grant, call.execution_id, raw):  # minted for another body or call
+            self._unauthorized()
+            return
+        call.caller = grant.caller
         expected = os.environ.get(contract.ENV_SERVE_TOOL)
         if expected and body.get("tool") not in (None, expected):  # a stale address now serving another tool
             self._json(409, {"message": f"this worker serves tool {expected!r}, not {body.get('tool')!r}"})
@@ -379,13 +416,22 @@ def serve(main: Main) -> NoReturn:
     """Serve `main` as a warm worker on `MCPTASKS_SERVE_HOST:MCPTASKS_SERVE_PORT` until SIGTERM.
 
     `MCPTASKS_SERVE_CONCURRENCY` calls run at once (default 1). On SIGTERM the worker stops taking
-    calls (`/healthz` answers 503), lets the calls in flight finish, then exits 0.
+    calls (`/healthz` answers 503), lets the calls in flight finish, then exits 0. Exits 2 at once
+    without `MCPTASKS_SERVE_CALL_KEY` (or `_FILE`), or `MCPTASKS_SERVE_TOOL`: it would take no call.
     """
     host = os.environ.get(contract.ENV_SERVE_HOST) or "0.0.0.0"
     port = int(os.environ[contract.ENV_SERVE_PORT])
     concurrency = max(int(os.environ.get(contract.ENV_SERVE_CONCURRENCY) or 1), 1)
     parent = os.environ.get(contract.ENV_SERVE_PARENT_PID)
-    server = WarmServer((host, port), main, concurrency)
+    try:
+        tool = os.environ.get(contract.ENV_SERVE_TOOL) or ""
+        if not tool:
+            raise ValueError(f"{contract.ENV_SERVE_TOOL} is not set: the tool a warm worker serves names its callers")
+        verifier = CallVerifier.from_environment(os.environ, tool)
+    except ValueError as exc:
+        sys.stderr.write(f"mcp-tasks warm worker: {exc}\n")
+        sys.exit(2)
+    server = WarmServer((host, port), main, concurrency, verifier)
 
     def drain(_signum: int, _frame: object) -> None:
         with server.lock:

@@ -23,6 +23,7 @@ from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, caller_of
 
 logger = logging.getLogger("mcp_tasks.worker")
 
@@ -80,19 +81,35 @@ def call_body(tool: ToolSpec, execution: Execution, worker_url: str | None) -> J
     return body
 
 
+def auth_for(signer: WarmCallSigner, tool: str, execution: Execution) -> CallAuth:
+    """The credentials of `execution`'s warm call on `tool`'s workers, for its principal (`execution.owner`)."""
+    return CallAuth(signer, tool, execution.execution_id, caller_of(execution.owner))
+
+
 OnEvent = Callable[[JsonObject], Awaitable[None]]
 
 
 async def send_call(
-    session: aiohttp.ClientSession, target: WarmTarget, body: JsonObject, on_event: OnEvent
+    session: aiohttp.ClientSession, target: WarmTarget, body: JsonObject, on_event: OnEvent, auth: CallAuth
 ) -> JsonObject:
-    """Send one call and return its final event (`contract.EVENT_FINAL`); others go to `on_event`.
+    """Send one call, with a credential minted for it by `auth`, and return its final event
+    (`contract.EVENT_FINAL`); others go to `on_event`.
 
     Raises:
-        WorkerLost: the worker is unreachable, full (429: `delivered` False), or its stream broke off.
+        WorkerLost: the worker is unreachable, refused the call (429 full, 401 another tool's or keyed
+            otherwise: `delivered` False), or its stream broke off.
     """
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **auth.headers("call", data)}
     try:
-        async with session.post(target.base_url + contract.PATH_CALLS, json=body) as response:
+        async with session.post(target.base_url + contract.PATH_CALLS, data=data, headers=headers) as response:
+            if response.status == 401:  # a configuration error, not a busy worker: say so loudly
+                logger.warning(
+                    "warm worker %s of %s refused the call's credential: this process and the worker's executor "
+                    "hold different warm-call keys (MCPTASKS_WARM_CALL_KEY_FILE)",
+                    target.base_url,
+                    auth.tool,
+                )
             if response.status != 200:
                 text = (await response.text())[:500]
                 raise WorkerLost(f"the warm worker answered {response.status}: {text}", delivered=False)
@@ -124,13 +141,20 @@ def _decode(line: bytes) -> JsonObject | None:
     return event if isinstance(event, dict) else None
 
 
-async def cancel_call(session: aiohttp.ClientSession, target: WarmTarget, execution_id: str) -> None:
-    """Ask the worker to stop a call (`DELETE /v1/calls/{id}`); a worker already gone is fine."""
+async def cancel_call(session: aiohttp.ClientSession, target: WarmTarget, auth: CallAuth) -> None:
+    """Ask the worker to stop a call (`DELETE /v1/calls/{id}`, with a fresh credential); a worker already
+    gone is fine.
+    """
+    url = f"{target.base_url}{contract.PATH_CALLS}/{auth.execution_id}"
     try:
-        async with session.delete(f"{target.base_url}{contract.PATH_CALLS}/{execution_id}") as response:
+        async with session.delete(url, headers=auth.headers("cancel")) as response:
             await response.read()
+            if response.status == 401:
+                logger.warning(
+                    "cancel of warm call %s refused by the worker: credential not accepted", auth.execution_id
+                )
     except (aiohttp.ClientError, OSError) as exc:
-        logger.info("cancel of warm call %s not delivered: %s", execution_id, exc)
+        logger.info("cancel of warm call %s not delivered: %s", auth.execution_id, exc)
 
 
 def channel_events(channel: WorkerChannel, execution: Execution) -> OnEvent:

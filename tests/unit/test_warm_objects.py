@@ -7,9 +7,11 @@ from typing import Any
 
 from mcp_tasks.operator.warm import build_autoscaler, build_deployment, build_service, pod_endpoint, warm_name
 from mcp_tasks.tasks.tools import parse_manifest
+from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+KEY = WarmCallSigner.from_pem(new_private_pem()).public_pem
 
 
 def mcptool(name: str, tool: str = "t", **warm: Any) -> tuple[dict[str, Any], Any]:
@@ -37,7 +39,7 @@ def test_names_are_dns_labels_and_never_shared() -> None:
 
 def test_labels_are_valid_for_any_tool_and_mcptool_name() -> None:
     obj, tool = mcptool("m" * 200, tool="_private_tool_" + "y" * 60)
-    deployment = build_deployment(obj, tool, instance="rel")
+    deployment = build_deployment(obj, tool, instance="rel", call_key=KEY)
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert all(len(value) <= 63 and LABEL_VALUE.match(value) for value in labels.values()), labels
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
@@ -46,15 +48,16 @@ def test_labels_are_valid_for_any_tool_and_mcptool_name() -> None:
 
 def test_replicas_probe_and_autoscaler() -> None:
     obj, tool = mcptool("w", minWorkers=0, maxWorkers=3, concurrency=2)
-    deployment = build_deployment(obj, tool, None)
+    deployment = build_deployment(obj, tool, None, KEY)
     assert deployment["spec"]["replicas"] == 1, "a Deployment scaled to zero would take no calls"
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["MCPTASKS_SERVE_CONCURRENCY"] == "2" and env["MCPTASKS_SERVE_HOST"] == "0.0.0.0"
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "calls"}
+    assert env["MCPTASKS_SERVE_CALL_KEY"] == KEY, "the public half of the warm-call key, in the pod template"
     assert build_autoscaler(obj, tool, None) is None
     scaled_obj, scaled = mcptool("w", minWorkers=2, maxWorkers=5, autoscaling={})
-    assert "replicas" not in build_deployment(scaled_obj, scaled, None)["spec"], "left to the HPA"
+    assert "replicas" not in build_deployment(scaled_obj, scaled, None, KEY)["spec"], "left to the HPA"
     hpa = build_autoscaler(scaled_obj, scaled, None)
     assert hpa is not None and (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 5)
 

@@ -1,0 +1,147 @@
+"""Authenticated warm workers on the embedded default: real worker processes of the test tools, called over
+real sockets by an outsider (any local process can reach their loopback port) and by the runner.
+
+Our choice (issue 21 item 1; docs/security.md, docs/tool-runtime.md §Warm workers): every call,
+re-attach and cancel carries a credential the runner mints with its warm-call key; a worker refuses
+anything else with 401 before any tool code runs (asserted through the file `warm_sleeper` creates when
+it runs), so no outsider takes a slot; `/healthz` stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from mcp_tasks.runner.warm_pool import WarmPool
+from mcp_tasks.runtime import contract
+from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, until
+from tests.controlplane.cluster import free_port
+from tests.warm_attacks import CALLER, UNAUTHORIZED, bearer, call_body, health, post, refused_requests, squat
+
+TOOL = "warm_sleeper_idempotent"  # one worker, one slot, not stopped when idle during a test
+
+
+async def a_worker(mcp: McpHttp, embedded: Embedded) -> str:
+    """Start the tool's worker with a call through the gateway; its `http://127.0.0.1:port`."""
+    reply = await mcp.call_tool(TOOL, {"seconds": 0}, caps=PLAIN_CAPS)
+    assert reply.result["content"][0]["text"].startswith("slept"), reply.body
+    pool = embedded.runner.pools.started[TOOL]
+    assert isinstance(pool, WarmPool)
+    (worker,) = pool.workers
+    return worker.base_url
+
+
+async def test_outsiders_calls_cancels_and_reattaches_are_refused_before_the_tool_runs(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Unauthenticated, malformed, forged (another key), expired, other-tool, other-call, other-body, wrong
+    operation and doubled credentials: 401 with a short body that echoes nothing; the tool never ran."""
+    base_url = await a_worker(mcp, embedded)
+    marker = tmp_path / "outsider-ran"
+    answers = await refused_requests(http_session, base_url, embedded.runner.ctx.signer, TOOL, marker)
+    assert {name: (a.status, a.body) for name, a in answers.items()} == dict.fromkeys(answers, (401, UNAUTHORIZED))
+    assert not marker.exists(), "the tool ran for an outsider"
+    assert (await health(http_session, base_url)).body == {"status": "ok", "calls": 0, "concurrency": 1}
+
+
+async def test_a_call_minted_by_the_runner_runs_once_and_its_credential_cannot_be_replayed(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    base_url = await a_worker(mcp, embedded)
+    marker = tmp_path / "legit-ran"
+    body = call_body(TOOL, "legit-1", marker)
+    token = embedded.runner.ctx.signer.mint(TOOL, "legit-1", "call", CALLER, body)
+    answer = await post(http_session, base_url, body, bearer(token))
+    assert (answer.status, answer.body["event"]) == (200, "result")
+    assert marker.exists()
+    marker.unlink()
+    replay = await post(http_session, base_url, body, bearer(token))
+    assert (replay.status, replay.body) == (401, UNAUTHORIZED)
+    assert not marker.exists(), "a replayed credential ran the tool again"
+
+
+async def test_outsiders_cannot_squat_the_slots(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Twenty concurrent long calls without a credential take no slot: the one slot still serves the gateway."""
+    base_url = await a_worker(mcp, embedded)
+    marker = tmp_path / "squatter-ran"
+    assert await squat(http_session, base_url, TOOL, marker, 20) == [401] * 20
+    assert (await health(http_session, base_url)).body["calls"] == 0
+    reply = await mcp.call_tool(TOOL, {"seconds": 0}, caps=PLAIN_CAPS)
+    assert reply.result["content"][0]["text"].startswith("slept"), reply.body
+    assert not marker.exists()
+
+
+async def test_only_the_calls_caller_may_cancel_or_reattach_to_it(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A validly signed cancel or re-attach naming another caller finds no call (404, as for an unknown
+    one); the call's own caller cancels it."""
+    base_url = await a_worker(mcp, embedded)
+    signer = embedded.runner.ctx.signer
+    marker = tmp_path / "long-ran"
+    body = call_body(TOOL, "long-1", marker, seconds=30)
+    running = asyncio.create_task(
+        post(http_session, base_url, body, bearer(signer.mint(TOOL, "long-1", "call", CALLER, body)))
+    )
+    try:
+        await until(marker.exists)
+        url = f"{base_url}{contract.PATH_CALLS}/long-1"
+        other = bearer(signer.mint(TOOL, "long-1", "cancel", "b" * 32))
+        async with http_session.delete(url, headers={"Authorization": other[0]}) as response:
+            assert response.status == 404
+        other = bearer(signer.mint(TOOL, "long-1", "reattach", "b" * 32))
+        async with http_session.get(url + "?waitSeconds=0", headers={"Authorization": other[0]}) as response:
+            assert response.status == 404
+        assert (await health(http_session, base_url)).body["calls"] == 1
+        own = bearer(signer.mint(TOOL, "long-1", "cancel", CALLER))
+        async with http_session.delete(url, headers={"Authorization": own[0]}) as response:
+            assert response.status == 202
+        answer = await asyncio.wait_for(running, 10)
+        assert answer.body == {"event": "cancelled"}
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_the_worker_holds_only_the_public_key_and_the_server_keeps_the_private_one_0600(
+    mcp: McpHttp, embedded: Embedded, tmp_path: Path
+) -> None:
+    """The key reaches the worker in its environment (not argv), public half only; the private key stays in
+    the data folder, mode 0600, for a restarted server to re-attach to its calls."""
+    await a_worker(mcp, embedded)
+    pool = embedded.runner.pools.started[TOOL]
+    assert isinstance(pool, WarmPool)
+    pid = pool.workers[0].process.pid
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"MCPTASKS_SERVE_CALL_KEY=-----BEGIN PUBLIC KEY-----" in environ
+    assert b"PRIVATE KEY" not in environ and b"PUBLIC KEY" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    key = tmp_path / "warm-call.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and b"PRIVATE KEY" in key.read_bytes()
+
+
+async def test_a_worker_without_a_key_refuses_to_start() -> None:
+    """A warm worker would otherwise serve anyone: without `MCPTASKS_SERVE_CALL_KEY` it exits 2, saying why."""
+    env = {
+        "PATH": os.environ["PATH"],
+        contract.ENV_SERVE_PORT: str(free_port()),
+        contract.ENV_SERVE_HOST: "127.0.0.1",
+        contract.ENV_SERVE_TOOL: "warm_echo",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "tools.py",
+        "warm_echo",
+        cwd=REPO / "tests" / "tools",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert contract.ENV_SERVE_CALL_KEY.encode() in stderr
