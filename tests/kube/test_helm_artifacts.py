@@ -8,11 +8,13 @@ through a Secret of its own.
 
 from __future__ import annotations
 
+import base64
 import secrets
 from typing import Any
 
 import yaml
 
+from mcp_tasks.worker.warm_auth import WarmCallSigner
 from tests.controlplane.cluster import ControlPlane
 from tests.kube.test_helm import helm_template
 
@@ -81,10 +83,43 @@ def test_s3_values_render_no_claim_and_give_both_components_the_bucket(control_p
 def test_without_s3_the_claim_is_rendered_and_no_s3_variable_is_set(control_plane: ControlPlane) -> None:
     documents = rendered(control_plane, "--set", "auth.existingSecret=tokens")
     assert [d["metadata"]["name"] for d in documents if d["kind"] == "PersistentVolumeClaim"] == ["r-mcp-tasks-data"]
-    assert not [d for d in documents if d["kind"] == "Secret"]
+    assert [d["metadata"]["name"] for d in documents if d["kind"] == "Secret"] == ["r-mcp-tasks-warm-call"]
     for component in ("-gateway", "-operator"):
         container = deployment(documents, component)["spec"]["template"]["spec"]["containers"][0]
         assert not [item for item in container["env"] if item["name"].startswith("MCPTASKS_S3_")]
+
+
+def test_the_warm_call_key_is_a_kept_secret_mounted_in_the_operator_and_gateways_only(
+    control_plane: ControlPlane,
+) -> None:
+    """Our choice (docs/security.md, "Warm workers"): an Ed25519 key Helm generates once, which the operator
+    and the gateways read from a mounted file; no other pod of the release mounts it, and it is not the
+    requestState key."""
+    documents = rendered(control_plane, *S3_VALUES)
+    (key_secret,) = [d for d in documents if d["kind"] == "Secret" and d["metadata"]["name"] == "r-mcp-tasks-warm-call"]
+    assert key_secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    pem = base64.b64decode(key_secret["data"]["warm-call.key"])
+    assert WarmCallSigner.from_pem(pem).public_pem.startswith("-----BEGIN PUBLIC KEY-----")
+    request_state = next(
+        d for d in documents if d["kind"] == "Secret" and d["metadata"]["name"].endswith("request-state")
+    )
+    assert base64.b64decode(request_state["data"]["request-state.key"]) != pem
+    mounting = set()
+    for document in documents:
+        pod = ((document.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for volume in pod.get("volumes") or []:
+            if (volume.get("secret") or {}).get("secretName") == "r-mcp-tasks-warm-call":
+                mounting.add(document["metadata"]["name"])
+                (container,) = pod["containers"]
+                env = {item["name"]: item.get("value") for item in container["env"]}
+                assert env["MCPTASKS_WARM_CALL_KEY_FILE"] == "/etc/mcptasks/warm-call/warm-call.key"
+                mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+                assert mounts[volume["name"]] == {
+                    "name": volume["name"],
+                    "mountPath": "/etc/mcptasks/warm-call",
+                    "readOnly": True,
+                }
+    assert mounting == {"r-mcp-tasks-gateway", "r-mcp-tasks-operator"}
 
 
 def test_without_a_key_secret_the_sdk_chain_is_left_to_find_credentials(control_plane: ControlPlane) -> None:

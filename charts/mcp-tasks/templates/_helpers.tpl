@@ -98,6 +98,25 @@ seccompProfile: {type: RuntimeDefault}
 {{- end }}
 {{- end -}}
 
+{{- define "mcp-tasks.warmCallSecret" -}}
+{{- printf "%s-warm-call" (include "mcp-tasks.fullname" .) -}}
+{{- end -}}
+
+{{/* The operator's warm-call key (templates/warm-call.yaml), for the operator and gateway pods only: the
+variable, the mount and the volume. */}}
+{{- define "mcp-tasks.warmCallEnv" -}}
+- {name: MCPTASKS_WARM_CALL_KEY_FILE, value: /etc/mcptasks/warm-call/warm-call.key}
+{{- end -}}
+
+{{- define "mcp-tasks.warmCallMount" -}}
+- {name: warm-call, mountPath: /etc/mcptasks/warm-call, readOnly: true}
+{{- end -}}
+
+{{- define "mcp-tasks.warmCallVolume" -}}
+- name: warm-call
+  secret: {secretName: {{ include "mcp-tasks.warmCallSecret" . }}, defaultMode: 0440}
+{{- end -}}
+
 {{- define "mcp-tasks.requestStateSecret" -}}
 {{- printf "%s-request-state" (include "mcp-tasks.fullname" .) -}}
 {{- end -}}
