@@ -24,6 +24,7 @@ import yaml
 from mcp_tasks.operator.warm import FIELD_MANAGER, build_autoscaler, build_deployment, build_service
 from mcp_tasks.store.kubernetes.catalog import _manifest
 from mcp_tasks.tasks.tools import parse_manifest
+from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
 from tests.kube.conftest import until
@@ -108,7 +109,7 @@ def warm_manifests(release: Release) -> list[dict[str, Any]]:
     mcptool = release.get("mcptool", "warm-echo")
     tool = parse_manifest(_manifest(mcptool), source="test")
     assert tool.warm is not None
-    deployment = build_deployment(mcptool, tool, RELEASE)
+    deployment = build_deployment(mcptool, tool, RELEASE, WarmCallSigner.from_pem(new_private_pem()).public_pem)
     deployment["spec"]["replicas"] = 0
     hpa = build_autoscaler(mcptool, tool, RELEASE) or {
         "apiVersion": "autoscaling/v2",
