@@ -1,11 +1,28 @@
 # One image for the gateway, the operator and the example tools (docs/kubernetes.md).
 #   docker build -t mcp-tasks:dev .
 # Runs as the unprivileged user 65532 with a read-only root file system (the Job security context).
-FROM python:3.11-slim
+#
+# Air-gapped builds (docs/kubernetes.md, "Air-gapped image build"): BASE names any image with Python 3.11+
+# and its venv module (e.g. one made from Debian packages), and WHEELS a folder of the build context
+# holding wheels of the dependencies and of setuptools; then pip never reaches a package index:
+#   docker build --build-arg BASE=my-base:bookworm --build-arg WHEELS=wheels -t mcp-tasks:dev .
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+ARG WHEELS=
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY mcp_tasks ./mcp_tasks
-RUN pip install --no-cache-dir '.[s3]' && rm -rf /root/.cache
+# Without WHEELS this copies pyproject.toml again, harmlessly: COPY needs a source.
+COPY ${WHEELS:-pyproject.toml} /tmp/wheels/
+# A venv: Debian's own python3 refuses system-wide installs (PEP 668); `python` is the venv's.
+ENV PATH=/opt/venv/bin:$PATH
+RUN python3 -m venv /opt/venv \
+    && if [ -n "$WHEELS" ]; then \
+        pip install --no-cache-dir --no-index --find-links /tmp/wheels '.[s3]'; \
+    else \
+        pip install --no-cache-dir '.[s3]'; \
+    fi \
+    && rm -rf /tmp/wheels /root/.cache
 COPY examples ./examples
 USER 65532:65532
 ENV PYTHONUNBUFFERED=1

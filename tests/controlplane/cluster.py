@@ -102,11 +102,17 @@ class ControlPlane:
     logs: dict[str, IO[bytes]] = field(default_factory=dict)
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     api_port: int = 0
+    address: str = "127.0.0.1"
+    """Where the API server listens and advertises itself (the real node's tier uses its bridge address)."""
+    apiserver_flags: dict[str, str | None] = field(default_factory=dict)
+    """kube-apiserver flags (without `--`) replacing or adding to the defaults; `None` drops a default."""
+    controller_manager_flags: dict[str, str | None] = field(default_factory=dict)
+    """kube-controller-manager flags replacing or adding to the defaults; `None` drops a default."""
 
     @property
     def server(self) -> str:
-        """`https://127.0.0.1:<port>` of the API server."""
-        return f"https://127.0.0.1:{self.api_port}"
+        """`https://<address>:<port>` of the API server."""
+        return f"https://{self.address}:{self.api_port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -275,29 +281,26 @@ class ControlPlane:
         tokens = self.workdir / "tokens.csv"
         tokens.write_text(f"{self.token},admin,admin,system:masters\n")
         self.api_port = free_port()
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(self.bin_dir / "kube-apiserver"),
-                f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.api_port}",
-                f"--cert-dir={pki}",
-                f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={sa_key}",
-                f"--service-account-signing-key-file={sa_key}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                "--disable-admission-plugins=ServiceAccount",
-                "--enable-priority-and-fairness=false",
-                "--max-requests-inflight=0",
-                "--max-mutating-requests-inflight=0",
-            ],
-        )
+        flags: dict[str, str | None] = {
+            "etcd-servers": self.etcd_url,
+            "bind-address": self.address,
+            "advertise-address": self.address,
+            "secure-port": str(self.api_port),
+            "cert-dir": str(pki),
+            "token-auth-file": str(tokens),
+            "authorization-mode": "RBAC",
+            "service-account-issuer": "https://kubernetes.default.svc.cluster.local",
+            "service-account-key-file": str(sa_key),
+            "service-account-signing-key-file": str(sa_key),
+            "service-cluster-ip-range": "10.0.0.0/24",
+            "allow-privileged": "true",
+            "endpoint-reconciler-type": "none",
+            "disable-admission-plugins": "ServiceAccount",
+            "enable-priority-and-fairness": "false",
+            "max-requests-inflight": "0",
+            "max-mutating-requests-inflight": "0",
+        }
+        self._spawn("kube-apiserver", [str(self.bin_dir / "kube-apiserver"), *_flags(flags, self.apiserver_flags)])
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -317,21 +320,27 @@ class ControlPlane:
         self.kubeconfig.write_text(json.dumps(config, indent=2))
 
     def _start_controller_manager(self) -> None:
+        flags: dict[str, str | None] = {
+            "kubeconfig": str(self.kubeconfig),
+            "leader-elect": "false",
+            "controllers": "job-controller,garbage-collector-controller,ttl-after-finished-controller,"
+            "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,"
+            "serviceaccount-controller,persistentvolume-binder-controller,resourcequota-controller",
+            "bind-address": "127.0.0.1",
+            "secure-port": str(free_port()),
+            "service-account-private-key-file": str(self.workdir / "pki" / "sa.key"),
+            "use-service-account-credentials": "false",
+        }
         self._spawn(
             "kube-controller-manager",
-            [
-                str(self.bin_dir / "kube-controller-manager"),
-                f"--kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
-                "--controllers=job-controller,garbage-collector-controller,ttl-after-finished-controller,"
-                "namespace-controller,deployment-controller,replicaset-controller,disruption-controller,serviceaccount-controller,"
-                "persistentvolume-binder-controller,resourcequota-controller",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--service-account-private-key-file={self.workdir / 'pki' / 'sa.key'}",
-                "--use-service-account-credentials=false",
-            ],
+            [str(self.bin_dir / "kube-controller-manager"), *_flags(flags, self.controller_manager_flags)],
         )
+
+
+def _flags(defaults: dict[str, str | None], overrides: dict[str, str | None]) -> list[str]:
+    """`--name=value` arguments: `defaults` updated by `overrides`, dropping names whose value is `None`."""
+    merged = {**defaults, **overrides}
+    return [f"--{name}={value}" for name, value in merged.items() if value is not None]
 
 
 def local_tool_manifests(folders: list[Path], warm: bool = True) -> list[dict[str, Any]]:
