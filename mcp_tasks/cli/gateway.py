@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 from kubernetes_asyncio import config
@@ -27,6 +27,7 @@ from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
 from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
+from mcp_tasks.operator import leadership
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.store.kubernetes.client import close_api_client, open_api_client
@@ -89,28 +90,23 @@ def _config_hint(settings: KubernetesSettings) -> str:
     return "pass --kubeconfig FILE, set KUBECONFIG, or run in a pod"
 
 
-async def operator_is_running(api_client: ApiClient, namespace: str, peering: str = "mcp-tasks") -> bool:
-    """Tell whether an operator announced itself in the namespace's KopfPeering object within its lifetime.
+async def operator_is_running(api_client: ApiClient, namespace: str, lease: str) -> bool:
+    """Tell whether an operator leads in `namespace`: its leader Lease `lease` has a holder whose renew is
+    not older than the Lease's duration (plus `LEASE_SKEW_S` for the clocks of two machines).
 
-    Best effort: no permission, no peering object or no answer means "no operator seen".
+    Best effort: no permission, no Lease or no answer means "no operator seen".
     """
-    objects = client.Apis(api_client).objects
+    apis = client.Apis(api_client)
     try:
-        obj: Any = await client.call(
-            objects.get_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", peering
-        )
-    except (client.ApiError, StoreUnavailable):
+        found = await client.call_json(apis.coordination.read_namespaced_lease, lease, namespace)
+        until = leadership.held_until(found)
+    except (client.ApiError, StoreUnavailable, ValueError):
         return False
-    now = datetime.now(UTC)
-    for peer in (obj.get("status") or {}).values():
-        if not isinstance(peer, dict) or "lastseen" not in peer:
-            continue
-        seen = datetime.fromisoformat(str(peer["lastseen"]).replace("Z", "+00:00"))
-        if seen.tzinfo is None:
-            seen = seen.replace(tzinfo=UTC)
-        if now - seen < timedelta(seconds=int(peer.get("lifetime", 60)) + 30):
-            return True
-    return False
+    return until is not None and datetime.now(UTC) < until + timedelta(seconds=LEASE_SKEW_S)
+
+
+LEASE_SKEW_S: Final = 5.0
+"""Clock difference allowed between the operator that renewed its Lease and a gateway reading it, in seconds."""
 
 
 async def build_gateway_app(settings: Settings) -> web.Application:
@@ -120,6 +116,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         SettingsError: no Kubernetes configuration, or a bad token file.
     """
     kube = settings.kubernetes
+    observability.install("gateway", *(("runner",) if kube.runner == "local" else ()))
     cluster = await connect(kube)
     data_dir = settings.serve.data_dir.resolve()
     gateway_settings = replace(
@@ -163,7 +160,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
                 "(are the CRDs installed? `mcptasks crds | kubectl apply -f -`; does the account have RBAC?)"
             ) from exc
         if runner is not None:
-            if await operator_is_running(cluster.api_client, cluster.namespace):
+            if await operator_is_running(cluster.api_client, cluster.namespace, settings.operator.leader_lease):
                 await catalog.aclose()
                 await store.aclose()
                 await close_api_client(cluster.api_client)

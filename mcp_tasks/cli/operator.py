@@ -7,8 +7,11 @@ operator (`operator.app.run`) until SIGINT/SIGTERM; then closes the API client.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
+import socket
 
+from mcp_tasks import observability
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.gateway import connect
 from mcp_tasks.cli.serve import load_warm_call_signer, start_metrics
@@ -24,6 +27,7 @@ async def operator(settings: Settings) -> None:
         SettingsError: no usable Kubernetes configuration, or the cluster is not ready for the operator
             (CRDs, RBAC, namespace).
     """
+    observability.install("operator")
     cluster = await connect(settings.kubernetes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -40,6 +44,8 @@ async def operator(settings: Settings) -> None:
         watch_timeout_s=settings.kubernetes.watch_timeout_s,
         artifacts=artifacts,
         warm_call_signer=load_warm_call_signer(settings),
+        # client-go's shape: the pod's name, and a suffix so that a restarted process is a new holder
+        identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
     )
     metrics_runner = None
     try:

@@ -85,6 +85,7 @@ def load_request_state_key(data_dir: Path) -> bytes:
 
 def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     """Create the embedded server's application and runner (nothing is opened until the app starts)."""
+    observability.install("gateway", "runner")
     serve = settings.serve
     data_dir = serve.data_dir.resolve()
     gateway_settings = replace(
@@ -148,8 +149,10 @@ def describe_auth(settings: Settings) -> str:
 
 
 async def start_metrics(settings: Settings, host: str) -> web.AppRunner | None:
-    """Record metrics in this process, and serve `/metrics` on `host:metrics_port` unless the port is 0."""
-    observability.install()
+    """Serve `/metrics` on `host:metrics_port` unless the port is 0.
+
+    The caller has chosen the families this process exports (`observability.install`).
+    """
     if not settings.serve.metrics_port:
         return None
     runner, port = await start_metrics_server(host, settings.serve.metrics_port)

@@ -325,6 +325,13 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
         raise SettingsError(
             f"--worker-port / MCPTASKS_WORKER_PORT must be 1-65535, got {settings.operator.worker_port}"
         )
+    operator = settings.operator
+    if not 0 < operator.leader_retry_period_s < operator.leader_renew_deadline_s < operator.leader_lease_duration_s:
+        raise SettingsError(
+            "the leader election needs 0 < MCPTASKS_LEADER_RETRY_PERIOD_S < MCPTASKS_LEADER_RENEW_DEADLINE_S < "
+            f"MCPTASKS_LEADER_LEASE_DURATION_S, got {operator.leader_retry_period_s}, "
+            f"{operator.leader_renew_deadline_s}, {operator.leader_lease_duration_s}"
+        )
     if settings.kubernetes.kubeconfig is not None and not settings.kubernetes.kubeconfig.is_file():
         raise SettingsError(f"--kubeconfig / MCPTASKS_KUBECONFIG: {settings.kubernetes.kubeconfig} is not a file")
     gateway = settings.gateway

@@ -1,11 +1,13 @@
 """The operator's composition: what `mcptasks operator` opens, runs and closes, in one place.
 
 `run(wiring, stop)` opens the McpTask store and the McpTool catalog, serves the worker API for tool
-pods, and runs until `stop` is set: kopf (`handlers`) for the Job and pod watches and peering, the
-reconcile workers while this replica is the active one (`peering`), the warm tools, the McpTools'
-conditions, the slow resync and the expiry sweep (`aio.every`). Everything opened is closed by one
-`AsyncExitStack`, in reverse order of opening; the background loops are named tasks, cancelled and
-awaited for a bounded time when kopf stops. `cli/operator.py` only parses settings and connects.
+pods, and runs until `stop` is set: kopf (`handlers`, standalone) for the Job and pod watches, the leader
+election (`leadership`: a namespaced Lease), and, while this replica leads, the reconcile workers, the
+warm tools, the slow resync and the expiry sweep (`aio.every`); the McpTools' conditions on every replica.
+On the way out the Lease is released once nothing acts any more, so a standby takes over at once.
+Everything opened is closed by one `AsyncExitStack`, in reverse order of opening; the background loops
+are named tasks, cancelled and awaited for a bounded time when kopf stops. `cli/operator.py` only parses
+settings and connects.
 
 It never reads the environment or the settings tree: what it needs comes in `OperatorWiring`.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from dataclasses import dataclass, replace
 
 import kopf
@@ -27,7 +28,7 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.operator.credentials import PodIdentity, TaskExecutions
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
-from mcp_tasks.operator.peering import ActivePeer
+from mcp_tasks.operator.leadership import LeaderElection, LeaseTiming
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.tool_status import write_tool_statuses
@@ -65,6 +66,7 @@ class OperatorWiring:
         warm_call_signer: the operator's own warm-call key (`worker.warm_auth`; the chart's Secret, never the
             gateways' request-state key): signs the credentials of its warm calls, its public half goes into
             the warm Deployments' pods, and the worker tokens of warm calls are derived from it.
+        identity: this replica's holder identity in the leader Lease (unique per process).
     """
 
     api_client: ApiClient
@@ -75,6 +77,7 @@ class OperatorWiring:
     watch_timeout_s: int
     artifacts: ArtifactStore
     warm_call_signer: WarmCallSigner
+    identity: str
 
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
@@ -94,32 +97,12 @@ def connection_info(configuration: Configuration, namespace: str) -> kopf.Connec
     )
 
 
-async def ensure_peering(api: ApiClient, namespace: str, name: str) -> None:
-    """Create the namespace's `KopfPeering` object if missing (kopf needs it to coordinate replicas).
-
-    Raises:
-        StartupError: the KopfPeering CRD is not installed.
-        client.ApiError: the API server refused the object otherwise (e.g. 403).
-        StoreUnavailable: the API server did not answer.
-    """
-    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name}}
-    objects = client.Apis(api).objects
-    try:
-        await client.call(objects.create_namespaced_custom_object, "kopf.dev", "v1", namespace, "kopfpeerings", body)
-    except client.NotFound as exc:
-        raise StartupError(
-            "the KopfPeering CRD is not installed: `mcptasks crds | kubectl apply --server-side -f -`"
-        ) from exc
-    except client.Conflict:
-        pass  # it exists: another replica made it
-
-
 async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
     """Run the operator until `stop` is set (kopf stops), then close everything it opened.
 
     Raises:
-        StartupError: the McpTask/McpTool CRDs, the KopfPeering CRD or RBAC are missing, or the API
-            server does not answer (the message says what to check).
+        StartupError: the McpTask/McpTool CRDs or RBAC are missing, or the API server does not answer
+            (the message says what to check).
     """
     api, namespace, config = wiring.api_client, wiring.namespace, wiring.operator
     async with contextlib.AsyncExitStack() as stack:
@@ -133,7 +116,6 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         try:
             await store.open()
             await catalog.open()
-            await ensure_peering(api, namespace, config.peering)
         except (client.ApiError, StoreUnavailable) as exc:
             raise StartupError(
                 f"cannot watch McpTasks/McpTools in namespace {namespace!r}: {exc} "
@@ -185,19 +167,25 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             f"(pods use {config.pod_worker_url})",
             flush=True,
         )
-        priority = random.randint(1, 2**31 - 1)  # not a secret: distinct priorities, so replicas never both pause
 
         async def activate() -> None:
             await reconciler.relist()
-            print(f"mcp-tasks operator: active in namespace {namespace} (reconciling)", flush=True)
+            print(f"mcp-tasks operator: leading in namespace {namespace} (reconciling)", flush=True)
 
-        peer = ActivePeer(api, namespace, config.peering, priority, activate)
+        timing = LeaseTiming(
+            config.leader_lease_duration_s, config.leader_renew_deadline_s, config.leader_retry_period_s
+        )
+        election = LeaderElection(api, namespace, config.leader_lease, wiring.identity, activate, timing, utc_now)
+        stack.push_async_callback(election.release)  # after the loops below have stopped (the stack unwinds)
 
         async def sweep() -> None:
-            """Delete expired tasks (while this replica is active) and refresh the task gauges."""
-            if peer.active.is_set():
+            """While leading: delete expired tasks, then refresh the task gauges and the sweep's timestamp.
+
+            `mcptasks_sweep_timestamp_seconds` moves only where tasks are reconciled: the alert's signal.
+            """
+            if election.leading.is_set():
                 await reconciler.expire(reconciler.clock())
-            metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
+                metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
 
         async def resync() -> None:
             """Queue every unfinished task (and every task with a Job or pod copy), while active: a safety
@@ -205,16 +193,16 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             make wrong is confirmed on authoritative reads anyway (`decide.Plan.confirm`), and a full listing
             of 10,000 Jobs per resync would cost more CPU than everything else an idle operator does.
             """
-            if peer.active.is_set():
+            if election.leading.is_set():
                 reconciler.resync()
 
         await warm_tasks.start()
         stack.push_async_callback(warm_tasks.aclose)
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
-            asyncio.create_task(warm_tools.run(peer.active), name="warm-tools"),
-            asyncio.create_task(peer.run(), name="peering"),
-            asyncio.create_task(reconciler.run_workers(peer.active), name="reconcile"),
+            asyncio.create_task(warm_tools.run(election.leading), name="warm-tools"),
+            asyncio.create_task(election.run(), name="leader-election"),
+            asyncio.create_task(reconciler.run_workers(election.leading), name="reconcile"),
             asyncio.create_task(
                 aio.every(config.resync_interval_s, resync, "operator resync", log=logger), name="resync"
             ),
@@ -222,13 +210,13 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         ]
         stack.push_async_callback(aio.cancel_and_wait, background, log=logger)
         connection = None if wiring.in_cluster else connection_info(api.configuration, namespace)
-        registry = build_registry(reconciler, warm_tools, connection, config.peering, priority)
+        registry = build_registry(reconciler, warm_tools, connection)
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # "Handler ... succeeded" per event
         await kopf.operator(
             registry=registry,
             namespaces=[namespace],
             clusterwide=False,
-            peering_name=config.peering,
+            standalone=True,
             stop_flag=stop,
         )

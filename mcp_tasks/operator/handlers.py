@@ -9,9 +9,10 @@ kind is watched once per process.
 Only `@kopf.on.event` handlers, and async ones (kopf runs sync handlers in threads; the queue is
 not thread-safe): they add no finalizers (deleting an McpTask or a Job never waits for
 the operator), keep no handler progress, and return nothing, so kopf writes nothing into any object.
-kopf's peering runs one active replica at a time (random priorities, so replicas never freeze each
-other); `peering.ActivePeer` lets the reconcile workers run only in that one. The worker API runs on
-every replica, which is safe because every task write is compare-and-swap.
+kopf runs standalone in every replica (no peering objects, no cluster-wide kopf CRDs), so every replica
+keeps current copies; what acts on them (the reconcile workers, the warm tools, the resync and the
+sweep) runs only in the replica that holds the leader Lease (`leadership.LeaderElection`). The worker
+API runs on every replica, which is safe because every task write is compare-and-swap.
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ def build_registry(
     reconciler: Reconciler,
     warm_tools: WarmTools,
     connection: kopf.ConnectionInfo | None,
-    peering: str,
-    priority: int,
 ) -> kopf.OperatorRegistry:
-    """A kopf registry wired to `reconciler` (tool runs) and `warm_tools` (warm workers' pods), peering
-    under `peering` with `priority`.
+    """A kopf registry wired to `reconciler` (tool runs) and `warm_tools` (warm workers' pods), standalone.
 
     kopf logs in with `connection`, or, when it is `None` (in a pod), with the pod's service-account
     token, re-read as the kubelet rotates it.
@@ -52,13 +50,10 @@ def build_registry(
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING  # no Event per INFO line: tasks are many
-        settings.peering.name = peering
-        settings.peering.priority = priority
-        settings.peering.mandatory = True
-        settings.peering.clusterwide = False
+        settings.peering.standalone = True  # leadership is the Lease's (operator/leadership.py)
         # One namespace, named: nothing to discover. Scanning would list namespaces and CRDs cluster-wide,
         # which the operator's Role does not grant; kopf then retries for about a minute before it
-        # falls back, and peering (so every watch) waits for it.
+        # falls back, and every watch waits for it.
         settings.scanning.disabled = True
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60

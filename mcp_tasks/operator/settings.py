@@ -32,7 +32,16 @@ class OperatorSettings:
         inline_result_max_bytes: largest result kept inline in the McpTask, in bytes (default 256 KiB);
             larger results become artifacts and the task carries a `resource_link`.
         artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).
-        peering: kopf peering object name; replicas with the same name coordinate (one active).
+        leader_lease: name of the `coordination.k8s.io/v1` Lease the operator replicas of one namespace
+            elect their leader with (the one that reconciles). The chart's Role grants this default
+            name only: one leader per namespace, whatever the release.
+        leader_lease_duration_s: `leaseDurationSeconds` of that Lease: how long standbys wait, after the
+            leader's last renew they saw, before one takes over, in whole seconds (default 15, as
+            client-go's). A leader that stops gracefully releases it, so a standby takes over at once.
+        leader_renew_deadline_s: how long the leader keeps acting without a confirmed renew, in seconds
+            (default 10; less than the lease duration, so it stops before anyone may take over).
+        leader_retry_period_s: how often every replica reads (the leader: renews) the Lease, in seconds
+            (default 2; less than the renew deadline).
         instance: value of the `app.kubernetes.io/instance` label on tool Jobs and Pods (the Helm release
             name, so the release's NetworkPolicy admits them to the worker API); `None`: no such label.
         tool_defaults: the release's defaults of every tool's pod shape, as JSON (the chart's `toolDefaults`):
@@ -53,7 +62,10 @@ class OperatorSettings:
     service_account: str | None = None
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024
-    peering: str = "mcp-tasks"
+    leader_lease: str = "mcp-tasks-operator"
+    leader_lease_duration_s: int = 15
+    leader_renew_deadline_s: float = 10.0
+    leader_retry_period_s: float = 2.0
     instance: str | None = None
     tool_defaults: ToolDefaults | None = None
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from mcp_tasks.operator.credentials import PodIdentity
-from mcp_tasks.operator.peering import ActivePeer
+from mcp_tasks.operator.leadership import LeaderElection, LeaseTiming
 from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.client import close_api_client
 from mcp_tasks.tasks.errors import StoreUnavailable
@@ -197,36 +197,45 @@ async def test_a_watch_whose_headers_never_come_is_unavailable_within_its_connec
             pytest.fail("the watch opened without an answer")
 
 
-async def test_a_replica_whose_leadership_read_hangs_stops_acting_within_the_deadline(
+async def test_a_leader_whose_renew_hangs_stops_acting_within_its_renew_deadline(
     fake_api: FakeApi, api: ApiClient
 ) -> None:
-    """A replica acts only while it can confirm that it leads: once its peering read hangs, it is no longer
-    active by the time it reads again (`confirm_timeout_s` later), instead of acting on a stale belief.
+    """A replica acts only while it can confirm that it leads (our own rule, client-go's `RenewDeadline`):
+    once the API server stops answering its renews, it is no longer leading by the end of the renew
+    deadline, well before the lease duration after which a standby may take over.
     """
-    priority = 7
-    peering = {
-        "status": {"me": {"priority": priority, "lifetime": 60, "lastseen": datetime.now(UTC).isoformat()}},
-    }
+    lease: dict[str, Any] = {"metadata": {"name": "l", "namespace": "ns", "resourceVersion": "1"}, "spec": {}}
 
-    async def leading(request: web.Request) -> web.StreamResponse:
-        return web.json_response(peering)
+    async def lease_api(request: web.Request) -> web.StreamResponse:
+        if request.method == "PUT":  # the renew: stored as sent, a new resourceVersion
+            lease.update(await request.json())
+            lease["metadata"]["resourceVersion"] = str(int(lease["metadata"]["resourceVersion"]) + 1)
+        return web.json_response(lease)
 
     activated = asyncio.Event()
 
-    async def on_activate() -> None:
+    async def on_started_leading() -> None:
         activated.set()
 
-    fake_api.answer = leading
-    peer = ActivePeer(api, "ns", "mcp-tasks", priority, on_activate, poll_s=0.05, confirm_timeout_s=0.3, takeover_s=0)
-    running = asyncio.create_task(peer.run(), name="peering-under-test")
+    fake_api.answer = lease_api
+    timing = LeaseTiming(lease_duration_s=30, renew_deadline_s=0.6, retry_period_s=0.05)
+    election = LeaderElection(api, "ns", "l", "me", on_started_leading, timing, lambda: datetime.now(UTC))
+    running = asyncio.create_task(election.run(), name="leader-election-under-test")
     try:
         async with asyncio.timeout(WAIT_S):
-            await peer.active.wait()
-        assert activated.is_set()
+            await election.leading.wait()
+        assert activated.is_set() and lease["spec"]["holderIdentity"] == "me", "a free Lease is taken"
+        assert fake_api.requests[:2] == [
+            "GET /apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
+            "PUT /apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
+        ]
         fake_api.answer = fake_api.hang  # the API server stops answering
-        await fake_api.next_request()  # the read that hangs
-        await fake_api.next_request()  # the next one: the hung read has been given up by now
-        assert not peer.active.is_set(), "a replica that cannot confirm it leads must stop acting"
+        hung_at = asyncio.get_running_loop().time()
+        async with asyncio.timeout(WAIT_S):
+            while election.leading.is_set():
+                await fake_api.next_request()
+        stopped_after_s = asyncio.get_running_loop().time() - hung_at
+        assert stopped_after_s < timing.lease_duration_s / 2, "it stops long before a standby may take over"
     finally:
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)

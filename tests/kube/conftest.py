@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import httpx2
@@ -156,6 +156,14 @@ async def gateways(control_plane: ControlPlane, namespace: str, tmp_path: Path) 
         await started.aclose()
 
 
+LEADER_ENV: Final = {
+    "MCPTASKS_LEADER_LEASE_DURATION_S": "10",
+    "MCPTASKS_LEADER_RENEW_DEADLINE_S": "7",
+    "MCPTASKS_LEADER_RETRY_PERIOD_S": "0.5",
+}
+"""A short leader Lease for the tests (the defaults: 15, 10 and 2 s)."""
+
+
 class Operators:
     """Starts `mcptasks operator` processes for one namespace (sharing the gateways' data folder)."""
 
@@ -167,12 +175,17 @@ class Operators:
         self.port = free_port()
 
     def start(
-        self, *flags: str, kubeconfig: Path | None = None, worker_port: int | None = None
+        self,
+        *flags: str,
+        kubeconfig: Path | None = None,
+        worker_port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start an operator and wait for its worker API banner (kopf then starts watching).
 
         Pods reach the worker API at the first port (a Service in a cluster); a second replica running
-        at the same time needs its own `worker_port` on this one machine.
+        at the same time needs its own `worker_port` on this one machine. The leader Lease is short
+        (`LEADER_ENV`: a killed leader is replaced within 10 s); `env` adds or overrides variables.
         """
         log = (self.data_dir / f"operator-{len(self.processes)}.log").open("wb")
         process = subprocess.Popen(
@@ -196,7 +209,7 @@ class Operators:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
-            env={**os.environ, "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S": "1"},
+            env={**os.environ, "MCPTASKS_OPERATOR_SWEEP_INTERVAL_S": "1", **LEADER_ENV, **(env or {})},
         )
         log.close()
         self.processes.append(process)

@@ -192,13 +192,15 @@ def test_monitoring_templates_render_and_name_only_real_metrics(control_plane: C
 
 def exported_series() -> set[str]:
     """Every series name the mcp-tasks metric families expose (`_total`; `_bucket`, `_sum`, `_count`)."""
-    from prometheus_client import REGISTRY
+    from prometheus_client import CollectorRegistry
 
-    from mcp_tasks.observability import metrics  # defines the families
+    from mcp_tasks.observability import metrics
 
-    assert metrics.REQUESTS is not None
+    registry = CollectorRegistry()
+    for collector in metrics.families("gateway", "runner", "operator"):
+        registry.register(collector)
     names: set[str] = set()
-    for family in REGISTRY.collect():
+    for family in registry.collect():
         if not family.name.startswith("mcptasks_"):
             continue
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))

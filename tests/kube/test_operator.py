@@ -26,7 +26,8 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import until as shared_until
 from tests.controlplane.cluster import ControlPlane, free_port
-from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world, until
+from tests.kube.conftest import LEADER_ENV, Gateways, Operators, client, get_object, sep_hello_world, until
+from tests.kube.test_rbac import CHART, account_kubeconfig
 from tests.metrics import scrape, value
 
 WAIT_S = 30.0
@@ -318,23 +319,150 @@ async def test_an_expired_task_is_deleted_with_its_job(
     await until(lambda: not jobs_of(control_plane, namespace, task_id))
 
 
-async def test_two_operator_replicas_run_each_task_once(
+LEASE = "mcp-tasks-operator"
+
+
+async def leader_gauges(session: aiohttp.ClientSession, ports: list[int]) -> list[float]:
+    """`mcptasks_operator_leader` of each operator, scraped from its `/metrics`."""
+    return [
+        value(await scrape(session, f"http://127.0.0.1:{port}/metrics"), "mcptasks_operator_leader") for port in ports
+    ]
+
+
+async def the_leader(session: aiohttp.ClientSession, ports: list[int]) -> int:
+    """Wait until exactly one of the operators at `ports` leads; its index."""
+    gauges: list[float] = []
+
+    async def one_leads() -> bool:
+        gauges[:] = await leader_gauges(session, ports)
+        return sorted(gauges) == [0.0] * (len(ports) - 1) + [1.0]
+
+    await until(one_leads)
+    return gauges.index(1.0)
+
+
+async def test_two_operator_replicas_elect_one_leader_that_hands_over_at_once_when_stopped(
     gateways: Gateways,
     operators: Operators,
     http_session: aiohttp.ClientSession,
     control_plane: ControlPlane,
     namespace: str,
 ) -> None:
-    """kopf peering with random priorities: one replica acts, none freezes, no task gets two Jobs."""
-    operators.start()
-    operators.start(worker_port=free_port())
+    """Leader election by a namespaced coordination.k8s.io/v1 Lease (our choice, client-go's fields): one
+    replica holds it and reconciles, the other exports `mcptasks_operator_leader 0`; no task gets two Jobs.
+    A leader stopped gracefully releases the Lease, so the standby takes over at once: here the Lease lasts
+    120 s, longer than this test waits, so only the release can explain the take-over."""
+    ports = [free_port(), free_port()]
+    long_lease = {"MCPTASKS_LEADER_LEASE_DURATION_S": "120"}
+    # the first replica leads (it finds no Lease); the second serves the worker API at the port pods call
+    # (on this one machine pods reach one port; a Service would front every replica)
+    replicas = [operators.start("--metrics-port", str(ports[0]), worker_port=free_port(), env=long_lease)]
+    await until_leads(http_session, ports[0], timeout_s=WAIT_S)
+    replicas.append(operators.start("--metrics-port", str(ports[1]), env=long_lease))
     mcp = client(http_session, await gateways.start())
+    leader = await the_leader(http_session, ports)
+    lease = kube_json(control_plane, namespace, "lease", LEASE)["spec"]
+    assert lease["leaseDurationSeconds"] == 120 and lease["holderIdentity"] and lease["renewTime"]
     task_ids = [await mcp.start_task("sleeper", {"seconds": 0}) for _ in range(4)]
     for task_id in task_ids:
         assert (await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
         assert len(jobs_of(control_plane, namespace, task_id)) == 1
-    peering = kube_json(control_plane, namespace, "kopfpeering", "mcp-tasks")
-    assert len(peering.get("status") or {}) == 2, "both replicas are registered in the peering object"
+
+    replicas[leader].terminate()  # SIGTERM: a graceful stop
+    assert replicas[leader].wait(timeout=30) == 0
+    standby = 1 - leader
+    await the_leader(http_session, [ports[standby]])
+    after = kube_json(control_plane, namespace, "lease", LEASE)["spec"]
+    assert after["leaseTransitions"] == lease["leaseTransitions"] + 1
+    task_id = await mcp.start_task("sleeper", {"seconds": 0})
+    assert (await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
+
+
+async def test_a_killed_leader_is_replaced_within_the_lease_duration(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """A leader that dies without releasing (SIGKILL) is replaced once its Lease expires (10 s here, as the
+    standby measures it from the last renew it saw), and the new leader reconciles a task."""
+    ports = [free_port(), free_port()]
+    replicas = [operators.start("--metrics-port", str(ports[0]), worker_port=free_port())]
+    await until_leads(http_session, ports[0], timeout_s=WAIT_S)
+    replicas.append(operators.start("--metrics-port", str(ports[1])))  # at the port pods call
+    mcp = client(http_session, await gateways.start())
+    leader = await the_leader(http_session, ports)
+    operators.kill(replicas[leader])
+    duration_s = int(LEADER_ENV["MCPTASKS_LEADER_LEASE_DURATION_S"])
+    retry_s = float(LEADER_ENV["MCPTASKS_LEADER_RETRY_PERIOD_S"])
+    # the lease duration, a read period, and the standby's own start of leading (it lists Jobs and pods)
+    await until_leads(http_session, ports[1 - leader], timeout_s=duration_s + retry_s + 10)
+    task_id = await mcp.start_task("sleeper", {"seconds": 0})
+    assert (await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
+    assert len(jobs_of(control_plane, namespace, task_id)) == 1
+
+
+async def until_leads(session: aiohttp.ClientSession, port: int, timeout_s: float) -> None:
+    """Wait up to `timeout_s` seconds until the operator at `port` exports `mcptasks_operator_leader 1`."""
+
+    async def leads() -> bool:
+        return (await leader_gauges(session, [port])) == [1.0]
+
+    await shared_until(leads, timeout_s=timeout_s, interval_s=0.2)
+
+
+async def test_a_leader_whose_renews_are_refused_stops_acting_and_the_standby_takes_over(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A replica that cannot renew its Lease (here: its account loses `update` on it, a real 403 from the
+    API server) stops acting within its renew deadline while it still runs, before the Lease expires for
+    the others; the standby then takes over and reconciles."""
+    rendered = control_plane.helm(
+        "template",
+        "r",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--show-only",
+        "templates/rbac.yaml",
+        "--set",
+        "auth.existingSecret=tokens",
+    )
+    control_plane.kubectl("apply", "-f", "-", input_text=rendered)
+    restricted = account_kubeconfig(control_plane, namespace, "r-mcp-tasks-operator", tmp_path)
+    ports = [free_port(), free_port()]
+    first = operators.start("--metrics-port", str(ports[0]), kubeconfig=restricted)
+    await until_leads(http_session, ports[0], timeout_s=WAIT_S)
+    operators.start("--metrics-port", str(ports[1]), worker_port=free_port())
+    documents = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    role = next(doc for doc in documents if doc["kind"] == "Role" and doc["metadata"]["name"] == "r-mcp-tasks-operator")
+    for rule in role["rules"]:
+        if "leases" in rule["resources"]:
+            rule["verbs"] = [verb for verb in rule["verbs"] if verb != "update"]
+    control_plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(role))
+
+    await until_stops(http_session, ports[0])
+    assert first.poll() is None, "it stopped acting, not running"
+    assert b"stops acting" in operators.log(first)
+    await until_leads(http_session, ports[1], timeout_s=WAIT_S)
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 0})
+    assert (await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S))["status"] == "completed"
+
+
+async def until_stops(session: aiohttp.ClientSession, port: int) -> None:
+    """Wait until the operator at `port` exports `mcptasks_operator_leader 0`."""
+
+    async def stopped() -> bool:
+        return (await leader_gauges(session, [port])) == [0.0]
+
+    await until(stopped)
 
 
 async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_others(
@@ -366,7 +494,7 @@ async def test_a_local_runner_refuses_a_namespace_an_operator_serves(gateways: G
     operators.start()
     refusals: list[SettingsError] = []
 
-    async def refused() -> bool:  # kopf announces itself in the peering object shortly after start
+    async def refused() -> bool:  # the operator takes its leader Lease shortly after start
         try:
             await gateways.start(runner="local")
         except SettingsError as exc:

@@ -1,5 +1,5 @@
 """The operator's reconcile, without a cluster: `decide` as a table over every state it can meet, the
-work queue's guarantees, the trimmed copies of Jobs and pods, and kopf's peering rule."""
+work queue's guarantees, the trimmed copies of Jobs and pods, and the leader Lease's record."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from mcp_tasks.operator import decide as d
 from mcp_tasks.operator.children import Children
-from mcp_tasks.operator.peering import is_active
+from mcp_tasks.operator.leadership import LeaseRecord, held_until, micro_time
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.models import TaskStatus
@@ -479,17 +479,19 @@ def test_children_keep_only_what_decisions_read_and_never_roll_back() -> None:
     assert children.task_ids() == set(), "what a newer listing lacks is gone"
 
 
-def test_kopf_peering_rule() -> None:
-    now = T0
-    seen = (now - timedelta(seconds=5)).isoformat()
-    old = (now - timedelta(seconds=120)).isoformat()
-    me = {"priority": 10, "lifetime": 60, "lastseen": seen}
-    assert is_active({"me": me}, 10, now)
-    assert not is_active({}, 10, now), "not yet registered: kopf has not started"
-    assert not is_active({"me": me, "other": {"priority": 20, "lifetime": 60, "lastseen": seen}}, 10, now)
-    assert is_active({"me": me, "dead": {"priority": 20, "lifetime": 60, "lastseen": old}}, 10, now)
-    assert is_active({"me": me, "lower": {"priority": 5, "lifetime": 60, "lastseen": seen}}, 10, now)
-    assert not is_active({"me": me, "twin": {"priority": 10, "lifetime": 60, "lastseen": seen}}, 10, now)
+def test_a_lease_record_reads_and_writes_the_lease_spec_and_tells_how_long_it_is_held() -> None:
+    """coordination.k8s.io/v1 `LeaseSpec` field names, MicroTime with microseconds in UTC (our own choice
+    of format, the one client-go writes); a Lease without a holder is held by nobody."""
+    renewed = micro_time(T0 + timedelta(microseconds=5))
+    assert renewed == "2026-12-01T12:00:00.000005Z"
+    lease = {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": renewed, "leaseTransitions": 2}}
+    record = LeaseRecord.of(lease)
+    assert record == LeaseRecord("a", 15, None, renewed, 2)
+    assert record.spec() == lease["spec"]
+    assert held_until(lease) == T0 + timedelta(seconds=15, microseconds=5)
+    released = LeaseRecord("", 1, renewed, renewed, 2)
+    assert "holderIdentity" not in released.spec() and held_until({"spec": released.spec()}) is None
+    assert LeaseRecord.of({}) == LeaseRecord("", 0, None, None, 0)
 
 
 def test_a_hidden_task_is_kept_alive_by_its_own_retention_and_a_renewal_settles() -> None:

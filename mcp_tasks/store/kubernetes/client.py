@@ -4,7 +4,7 @@ Who calls it: the Kubernetes store, catalog and watch, the operator and `cli`. N
 `mcp_tasks` calls a kubernetes_asyncio API method or sees its `ApiException`.
 
 - `Apis(api_client)` holds the generated API groups (`core`, `batch`, `apps`, `autoscaling`,
-  `objects`, `auth`, `events`); their methods are only ever passed to the functions below.
+  `objects`, `auth`, `events`, `coordination`); their methods are only ever passed to the functions below.
 - `call(fn, *args, timeout_s=...)` makes one request: it passes `_request_timeout` (so the HTTP
   client gives up) and bounds the whole call with `asyncio.timeout` (so nothing else can hang it).
   `call_json` does the same and answers the raw JSON body (no model objects: Job and pod lists are large).
@@ -47,6 +47,7 @@ from kubernetes_asyncio.client import (
     AutoscalingV2Api,
     BatchV1Api,
     Configuration,
+    CoordinationV1Api,
     CoreV1Api,
     CustomObjectsApi,
     EventsV1Api,
@@ -139,7 +140,7 @@ def _unavailable(exc: BaseException) -> StoreUnavailable:
 class Apis:
     """The generated API groups over one `ApiClient`; their methods go to `call`, `call_json` or `watch`."""
 
-    __slots__ = ("api_client", "apps", "auth", "autoscaling", "batch", "core", "events", "objects")
+    __slots__ = ("api_client", "apps", "auth", "autoscaling", "batch", "coordination", "core", "events", "objects")
 
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
@@ -150,6 +151,7 @@ class Apis:
         self.objects = CustomObjectsApi(api_client)
         self.auth = AuthenticationV1Api(api_client)
         self.events = EventsV1Api(api_client)
+        self.coordination = CoordinationV1Api(api_client)
 
 
 @contextlib.contextmanager
