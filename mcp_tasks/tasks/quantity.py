@@ -17,24 +17,13 @@ QUANTITY_PATTERN: Final = (
 """The quantity grammar of `k8s.io/apimachinery/pkg/api/resource` (the pattern Kubernetes' own CRDs carry)."""
 _QUANTITY: Final = re.compile(QUANTITY_PATTERN)
 _NUMBER_AND_SUFFIX: Final = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(.*)")
+_DECIMAL_EXPONENTS: Final = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_EXPONENTS: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _SUFFIXES: Final = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
+    **{suffix: Decimal(10) ** exponent for suffix, exponent in _DECIMAL_EXPONENTS.items()},
+    **{suffix: Decimal(2) ** exponent for suffix, exponent in _BINARY_EXPONENTS.items()},
 }
+"""Suffix → multiplier: SI (`m` = 10⁻³, `M` = 10⁶) and binary (`Mi` = 2²⁰)."""
 
 
 def is_quantity(text: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
+from mcp_tasks.store.kubernetes.resources import TOOL_PLURAL
 from mcp_tasks.store.kubernetes.watch import Reflector
 from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
@@ -63,15 +63,7 @@ class KubernetesToolCatalog:
         self.changed = asyncio.Event()
         self._listeners: list[asyncio.Event] = [self.changed]
         self.reflector = Reflector(
-            api_client,
-            group=GROUP,
-            version=VERSION,
-            plural=TOOL_PLURAL,
-            namespace=namespace,
-            on_page=self._listed_page,
-            on_listed=self._listed,
-            on_event=self._on_event,
-            watch_timeout_s=watch_timeout_s,
+            api_client, self, plural=TOOL_PLURAL, namespace=namespace, watch_timeout_s=watch_timeout_s
         )
 
     async def open(self) -> None:
@@ -114,16 +106,16 @@ class KubernetesToolCatalog:
         self._listeners.append(event)
         return event
 
-    def _listed_page(self, items: Sequence[JsonObject]) -> None:
+    def listed_page(self, items: Sequence[JsonObject]) -> None:
         self._listing.update({str(item["metadata"]["name"]): item for item in items})
 
-    def _listed(self, names: set[str]) -> None:
+    def listed(self, names: set[str]) -> None:
         # a listing cut short (410 between pages) may have left pages behind: keep only this one's objects
         self._objects = {name: obj for name, obj in self._listing.items() if name in names}
         self._listing = {}
         self._rebuild()
 
-    def _on_event(self, kind: str, obj: JsonObject) -> None:
+    def apply_event(self, kind: str, obj: JsonObject) -> None:
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
             self._objects.pop(name, None)

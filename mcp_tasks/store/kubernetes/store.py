@@ -161,13 +161,9 @@ class KubernetesTaskStore:
         """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self.reflector = Reflector(
             api_client,
-            group=GROUP,
-            version=VERSION,
+            self,
             plural=TASK_PLURAL,
             namespace=namespace,
-            on_page=self._listed_page,
-            on_listed=self._listed,
-            on_event=self._on_event,
             watch_timeout_s=watch_timeout_s,
             page_size=list_page_size,
         )
@@ -187,17 +183,17 @@ class KubernetesTaskStore:
 
     # -- cache -----------------------------------------------------------------------------------
 
-    def _listed_page(self, items: Sequence[JsonObject]) -> None:
+    def listed_page(self, items: Sequence[JsonObject]) -> None:
         for item in items:
             self._remember(item, notify=False)
 
-    def _listed(self, names: set[str]) -> None:
+    def listed(self, names: set[str]) -> None:
         gone = [name for name in self._cache if name not in names]
         for name in gone:
             self._forget(name)
         self._notify([*names, *gone], created=True)
 
-    def _on_event(self, kind: str, obj: JsonObject) -> None:
+    def apply_event(self, kind: str, obj: JsonObject) -> None:
         name = str(obj["metadata"]["name"])
         if kind == "DELETED":
             self._forget(name)

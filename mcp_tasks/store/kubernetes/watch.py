@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import client
+from mcp_tasks.store.kubernetes.resources import GROUP, VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
@@ -29,13 +30,23 @@ logger = logging.getLogger("mcp_tasks.store.kubernetes")
 BACKOFF_INITIAL_S: Final = 0.2
 BACKOFF_MAX_S: Final = 5.0
 
-OnPage = Callable[[Sequence[JsonObject]], Awaitable[None] | None]
-"""Called with each page of a LIST (initial sync and after `410 Gone`), in order."""
-OnListed = Callable[[set[str]], Awaitable[None] | None]
-"""Called after the last page with the names of every listed object: any other is gone."""
 PAGE_SIZE: Final = 500
-OnEvent = Callable[[str, JsonObject], Awaitable[None] | None]
-"""Called with (`ADDED`|`MODIFIED`|`DELETED`, object) for each watch event, in server order."""
+
+
+class ReflectorSink(Protocol):
+    """What a `Reflector` feeds: a local copy of the collection (the task store's cache, the tool catalog).
+
+    Each method may return an awaitable, which the reflector awaits before the next delivery.
+    """
+
+    def listed_page(self, items: Sequence[JsonObject]) -> Awaitable[None] | None:
+        """Receive one page of a LIST (initial sync and after `410 Gone`), in order."""
+
+    def listed(self, names: set[str]) -> Awaitable[None] | None:
+        """Receive, after a LIST's last page, the names of every listed object: any other is gone."""
+
+    def apply_event(self, kind: str, obj: JsonObject) -> Awaitable[None] | None:
+        """Receive (`ADDED`|`MODIFIED`|`DELETED`, object) for each watch event, in server order."""
 
 
 def newer_version(candidate: str, current: str) -> bool:
@@ -86,10 +97,9 @@ class Reflector:
 
     Args:
         api_client: an open kubernetes_asyncio `ApiClient`.
-        group, version, plural, namespace: the collection to watch.
-        on_page: receives each page of each LIST.
-        on_listed: receives the names of all listed objects once a LIST's last page was delivered.
-        on_event: receives each watch event.
+        plural, namespace: the collection to watch.
+        group, version: its API (default this project's, `resources.API_VERSION`).
+        sink: what receives each LIST page, the names after a LIST, and each watch event.
         watch_timeout_s: server-side `timeoutSeconds` of one WATCH request, in seconds (default 5 min);
             the loop then resumes from the last seen `resourceVersion`.
         label_selector: optional label selector for the LIST and WATCH.
@@ -99,24 +109,20 @@ class Reflector:
     def __init__(
         self,
         api_client: ApiClient,
+        sink: ReflectorSink,
         *,
-        group: str,
-        version: str,
         plural: str,
         namespace: str,
-        on_page: OnPage,
-        on_listed: OnListed,
-        on_event: OnEvent,
+        group: str = GROUP,
+        version: str = VERSION,
         watch_timeout_s: int = 300,
         label_selector: str | None = None,
         page_size: int = PAGE_SIZE,
     ) -> None:
         self._api = client.Apis(api_client).objects
         self._coordinates = (group, version, namespace, plural)
-        self._on_page = on_page
-        self._on_listed = on_listed
+        self._sink = sink
         self._page_size = page_size
-        self._on_event = on_event
         self._watch_timeout_s = watch_timeout_s
         self._label_selector = label_selector
         self._resource_version: str | None = None
@@ -190,10 +196,10 @@ class Reflector:
         async for page in list_pages(call, group, version, namespace, plural, page_size=self._page_size, **kwargs):
             items = page.get("items") or []
             names.update(str(item["metadata"]["name"]) for item in items)
-            await _call(self._on_page, items)
+            await _call(self._sink.listed_page, items)
             listed_at = (page.get("metadata") or {}).get("resourceVersion")  # the last page's is the listing's
         self._resource_version = listed_at
-        await _call(self._on_listed, names)
+        await _call(self._sink.listed, names)
         self.synced.set()
 
     async def _run(self) -> None:
@@ -253,7 +259,7 @@ class Reflector:
         obj = event.get("object") or {}
         resource_version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            await _call(self._on_event, str(kind), obj)
+            await _call(self._sink.apply_event, str(kind), obj)
         if resource_version:
             self._resource_version = resource_version
 
