@@ -3,6 +3,8 @@
 What is reported (`regarding` the McpTask, `related` its Job once a run started):
 
 - `JobCreated` (Normal): the operator created the task's Job.
+- `QuotaExceeded` (Warning): a ResourceQuota refused the task's Job; it waits and retries
+  (`refusals`), the note quoting the quota. A refusal for good fails the task as `JobRefused`.
 - `ToolRunning` (Normal): the tool process in the pod called the worker API for the first time.
 - `InputRequested` (Normal): the task moved to `input_required`; the note names the keys.
 - `Completed` (Normal) or `ToolError` (Warning, completed with `isError: true`); `Cancelled` (Normal).

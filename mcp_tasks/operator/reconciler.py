@@ -5,7 +5,12 @@ resync only *names* a task (`WorkQueue.add`); a bounded pool of workers (`run_wo
 `reconcile(task_id)`, which reads the task, its Job and its pods as they are now, asks the pure
 `decide.decide` what to do, and applies the plan:
 
-- `CreateJob`: create the Job (409 is success: adopted, never duplicated), then count the attempt.
+- `CreateJob`: create the Job (409 is success: adopted, never duplicated), then count the attempt. A
+  create the API server refuses is judged by `refusals.judge`: an admission or validation refusal fails
+  the task (`JobRefused`, quoting the API server); a ResourceQuota refusal keeps the task waiting, its
+  `statusMessage` and a Warning Event (`QuotaExceeded`) saying why, retried every `QUOTA_RETRY_S` until
+  `start_deadline_s` after the task's creation (a re-run: after the first refusal this replica saw), then
+  fails it `StartTimeout`.
 - `DeleteJob`: delete it with background propagation (pods get SIGTERM and their grace period).
 - `Fail`, `Complete`, `Cancel`, `Rerun`, `RenewTtl`: a compare-and-swap write of the task through the
   McpTask store (`tasks.interfaces.transact`) with the domain's transition rules; a task that already
@@ -26,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from kubernetes_asyncio.client import ApiClient, V1DeleteOptions
@@ -34,6 +39,7 @@ from kubernetes_asyncio.client import ApiClient, V1DeleteOptions
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import decide as decisions
+from mcp_tasks.operator import refusals
 from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
 from mcp_tasks.operator.jobs import build_job, object_name
@@ -58,6 +64,8 @@ LIST_PAGE_SIZE = 500
 """Jobs or pods per page of the operator's own listings (client-go's default page size)."""
 REQUEST_TIMEOUT_S = 30.0
 """Longest an API request of a reconcile may take, in seconds (a hung one would hold its task)."""
+QUOTA_RETRY_S = 5.0
+"""How often a task whose Job a ResourceQuota refused tries again, in seconds (quota frees as Jobs end)."""
 
 
 class Reconciler:
@@ -94,6 +102,7 @@ class Reconciler:
         self.clock = clock
         self.queue = WorkQueue()
         self.children = Children()
+        self._refused_since: dict[str, datetime] = {}  # task id -> when its Job's quota wait began
 
     # ------------------------------------------------------------------ the loop
 
@@ -157,6 +166,7 @@ class Reconciler:
     async def reconcile(self, task_id: str) -> float | None:
         """Bring one task and its Job in line; return when to look again, in seconds (`None`: on change)."""
         if self.store.deleted(task_id):  # seen deleted (expired, or by hand): no read needed
+            self._refused_since.pop(task_id, None)
             await self.artifacts.delete_task(task_id)
             self.children.replace(task_id, None, [])
             return None
@@ -180,8 +190,13 @@ class Reconciler:
             self.children.replace(task_id, job, pods)
             job, pods = self.children.job(task_id), self.children.pods(task_id)
             plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings)
+        if record.status.is_terminal:
+            self._refused_since.pop(task_id, None)
         current = record
         for action in plan.actions:
+            if isinstance(action, decisions.CreateJob):  # always a plan's last action
+                assert tool is not None  # decide creates Jobs only for declared tools
+                return await self._create_job(current, tool, plan.requeue_after_s)
             applied = await self._apply(current, tool, action)
             if applied is None:
                 return None  # the task changed or finished meanwhile: decide again from what it is now
@@ -194,9 +209,7 @@ class Reconciler:
         """
         task_id = record.task_id
         match action:
-            case decisions.CreateJob():
-                assert tool is not None  # decide creates Jobs only for declared tools
-                await self._create_job(record, tool)
+            case decisions.CreateJob():  # applied by `reconcile` itself: its refusal decides when to look again
                 return record
             case decisions.DeleteJob():
                 if await self._delete_job(task_id):
@@ -238,11 +251,17 @@ class Reconciler:
         logger.info("task %s: %s", record.task_id, why)
         return written
 
-    async def _create_job(self, record: TaskRecord, tool: ToolSpec) -> None:
-        """Create the task's Job (an existing one is kept) and count the attempt."""
+    async def _create_job(self, record: TaskRecord, tool: ToolSpec, requeue_after_s: float | None) -> float | None:
+        """Create the task's Job (an existing one is kept) and count the attempt; when to look again, in
+        seconds (`requeue_after_s`, the plan's; sooner while a quota refuses the Job).
+
+        Raises:
+            client.ApiError: a refusal `refusals.judge` does not judge (retried with back-off).
+            StoreUnavailable: the API server did not answer.
+        """
         task = await self.store.raw(record.task_id)
         if task is None:
-            return
+            return None
         with tracing.span("mcp.task.job", record.traceparent, {"mcp.tool": tool.name}) as traceparent:
             job = build_job(task, tool, self.settings, traceparent)
             try:
@@ -254,7 +273,14 @@ class Reconciler:
                 if existing is not None:  # the next event, so its run is counted at once
                     self.children.job_event("ADDED", existing)
                     self.queue.add(record.task_id)
-                return
+                return requeue_after_s
+            except client.ApiError as exc:
+                account = str(job["spec"]["template"]["spec"].get("serviceAccountName") or "default")
+                refusal = refusals.judge(exc, tool.name, account)
+                if refusal is None:
+                    raise
+                return await self._refused(record, refusal)
+        self._refused_since.pop(record.task_id, None)
         self.children.job_event("ADDED", created)  # seen at once: no "Job lost" while the watch lags
         metrics.JOBS_CREATED.inc()
         metrics.RUNS_STARTED.labels(tool.name).inc()
@@ -264,8 +290,37 @@ class Reconciler:
         try:
             await transact(self.store, record.task_id, lambda r: (transitions.start_attempt(r), None), Writer.EXECUTOR)
         except (IllegalTransition, TaskNotFound):
-            return
+            return None
         logger.info("task %s: created Job %s for tool %s", record.task_id, job["metadata"]["name"], tool.name)
+        return requeue_after_s
+
+    async def _refused(self, record: TaskRecord, refusal: refusals.Refusal) -> float | None:
+        """Act on a judged refusal of the task's Job: fail the task, or (quota) say why it waits and when to
+        look again, in seconds, until the start deadline fails it. The failure's Warning Event comes from
+        the store's write observer (`events.events_for`); the quota wait's is emitted here.
+        """
+        task_id = record.task_id
+        logger.warning("task %s: the API server refused its Job: %s", task_id, refusal.said)
+        if refusal.kind == "refused":
+            self._refused_since.pop(task_id, None)
+            await self._change(record, transitions.failing(refusal.message, refusals.REFUSED_REASON), "Job refused")
+            return None
+        now = self.clock()
+        since = self._refused_since.setdefault(task_id, record.created_at if record.attempt == 0 else now)
+        gives_up_at = since + timedelta(seconds=self.settings.start_deadline_s)
+        if now >= gives_up_at:
+            self._refused_since.pop(task_id, None)
+            message = refusals.quota_timeout(refusal, self.settings.start_deadline_s)
+            await self._change(record, transitions.failing(message, "StartTimeout"), "Job refused by quota")
+            return None
+        self.emit(TaskEvent(task_id, refusals.QUOTA_REASON, refusal.message, "Warning", "Create", related_job=False))
+        if record.status_message != refusal.message:
+
+            def waiting(r: TaskRecord, now: datetime) -> TaskRecord:
+                return transitions.set_status_message(r, refusal.message, now)
+
+            await self._change(record, waiting, "waiting for quota")
+        return min(QUOTA_RETRY_S, max(decisions.MIN_REQUEUE_S, (gives_up_at - now).total_seconds()))
 
     async def _delete_job(self, task_id: str) -> bool:
         """Delete the task's Job, its pods in the background; False when it was already gone."""

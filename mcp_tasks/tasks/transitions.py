@@ -456,7 +456,7 @@ def failing(message: str, reason: str) -> Callable[[TaskRecord, datetime], TaskR
 
     The JSON-RPC error is -32603 with `message` (cut to `STATUS_MESSAGE_LIMIT`) and `data.reason`, a
     CamelCase word that says why (`StartTimeout`, `OutcomeUnknown`, `DeadlineExceeded`, `CannotStart`,
-    `ToolRemoved`, `InvalidTool`, `JobFailed`, `InternalError`); the McpTask's `Finished` condition takes
+    `ToolRemoved`, `InvalidTool`, `JobFailed`, `JobRefused`, `InternalError`); the McpTask's `Finished` condition takes
     it as its reason. `message` is also the `statusMessage`.
     """
     if len(message) > STATUS_MESSAGE_LIMIT:
