@@ -7,16 +7,29 @@ its outcome unknown, the supervisor keeps the outcome in a file of the state fol
 (`<task id>.outcome.json`, written atomically and fsynced) and leaves the task unfinished, its lease
 naming the run. The next start's claim finds the file for the task's attempt and records the outcome
 (docs/design.md §7). Only an executor with a persistent state folder keeps them.
+
+A kept outcome whose task ended another way (cancelled, failed by a restart rule, expired and deleted)
+would stay for ever: `discard_settled` removes the files of tasks that are finished or gone, run at
+start-up and by every expiry sweep (`LocalRunner._sweep`; its first run is at start).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.interfaces import TaskStore
 from mcp_tasks.worker.executions import Finished
+
+logger = logging.getLogger("mcp_tasks.runner")
+
+SUFFIXES: Final = (".outcome.json", ".outcome.partial")
+"""A kept outcome's file, and the one a save that was cut short leaves behind."""
 
 
 class KeptOutcomes:
@@ -78,8 +91,46 @@ class KeptOutcomes:
         )
 
     def discard(self, task_id: str) -> None:
-        """Forget the outcome kept for `task_id` (it was recorded, or belongs to an attempt that is over)."""
+        """Forget the outcome kept for `task_id` (it was recorded, or belongs to an attempt that is over),
+        with any partial file a save cut short left.
+
+        Blocking (file deletes): call it in a thread.
+        """
         self._path(task_id).unlink(missing_ok=True)
+        self._path(task_id).with_suffix(".partial").unlink(missing_ok=True)
+
+    def task_ids(self) -> list[str]:
+        """The task ids with a kept (or partially saved) outcome here, sorted; none when the folder is absent.
+
+        Blocking (a directory listing): call it in a thread.
+        """
+        try:
+            names = [entry.name for entry in self.folder.iterdir()]
+        except FileNotFoundError:
+            return []
+        return sorted({name.removesuffix(s) for name in names for s in SUFFIXES if name.endswith(s)})
 
 
-__all__ = ["KeptOutcomes"]
+async def discard_settled(kept: KeptOutcomes, store: TaskStore) -> list[str]:
+    """Remove the kept outcomes of tasks that are terminal or gone from `store`; the task ids removed.
+
+    An unfinished task's kept outcome stays: the next claim records it (or, for another attempt, ignores it).
+
+    Raises:
+        StoreUnavailable: the store cannot be read (nothing more is removed; the next sweep tries again).
+    """
+    removed: list[str] = []
+    for task_id in await asyncio.to_thread(kept.task_ids):
+        try:
+            settled = (await store.get(task_id)).status.is_terminal
+        except TaskNotFound:
+            settled = True
+        if settled:
+            await asyncio.to_thread(kept.discard, task_id)
+            removed.append(task_id)
+    if removed:
+        logger.info("removed %d kept outcomes of finished or deleted tasks", len(removed))
+    return removed
+
+
+__all__ = ["KeptOutcomes", "discard_settled"]

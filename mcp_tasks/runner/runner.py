@@ -28,6 +28,7 @@ from aiohttp import web
 from mcp_tasks import aio
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runner import outcomes
 from mcp_tasks.runner.adoption import Adoption
 from mcp_tasks.runner.claims import Claimer
 from mcp_tasks.runner.context import RunContext
@@ -220,6 +221,8 @@ class LocalRunner:
     async def _sweep(self) -> None:
         try:
             await self.sweep_expired(self.ctx.clock())
+            if self.ctx.outcomes is not None:
+                await outcomes.discard_settled(self.ctx.outcomes, self.ctx.store)
             metrics.swept(await self.ctx.store.unfinished(), self.ctx.clock())
         except StoreUnavailable as exc:
             logger.warning("expiry sweep skipped: task store unavailable (%s)", exc)

@@ -17,8 +17,15 @@ import aiohttp
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.runner.outcomes import KeptOutcomes
 from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.interfaces import utc_now
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.worker.executions import Finished
 from tests.conftest import Embedded, McpHttp, server_settings, serving, start_embedded, until
+from tests.unit.manifests import tool_spec
 
 
 async def test_a_store_that_cannot_write_is_503_reads_work_and_running_work_survives(
@@ -80,3 +87,43 @@ async def test_a_run_that_finished_while_the_store_could_not_write_is_recorded_a
     assert done["status"] == "completed", done
     assert done["result"]["content"][0]["text"] == "passed the gate on attempt 1"
     assert not kept.exists(), "recorded, then forgotten"
+
+
+KEPT = Finished(
+    result={"content": [{"type": "text", "text": "kept"}], "isError": False}, error=None, status_message=None
+)
+
+
+async def test_kept_outcomes_of_finished_or_deleted_tasks_are_removed_at_start_and_by_the_expiry_sweep(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Our own choice (issue 21 item 6): a kept outcome (`<data>/outcomes/<taskId>.outcome.json`) whose task
+    ended another way, or is gone, is removed at the next start and by the expiry sweep; an unfinished
+    task's stays for its next claim to record."""
+    settings = server_settings(tmp_path / "data")
+    data_dir = settings.serve.data_dir
+    folder = data_dir / "outcomes"
+    kept = KeptOutcomes(folder)
+    data_dir.mkdir(parents=True)
+    cancelled = transitions.cancel(
+        transitions.new_task(mint_task_id(), Owner("t", "s"), tool_spec(), {}, utc_now()), utc_now()
+    )
+    async with SqliteTaskStore(data_dir / "tasks.sqlite3") as store:
+        await store.create(cancelled)
+    gone = mint_task_id()
+    kept.save(cancelled.task_id, 1, KEPT)
+    kept.save(gone, 1, KEPT)
+    (folder / f"{mint_task_id()}.outcome.partial").write_text("{")  # a save cut short, of a task that is gone
+    assert len(kept.task_ids()) == 3
+
+    async with serving(settings) as server:
+        await until(lambda: not kept.task_ids())  # at start-up: a finished task's, a gone task's, a partial
+        mcp = McpHttp(http_session, server.url, changed=server.changed)
+        task_id = await mcp.start_task("gated", {"gate": str(tmp_path / "never")})
+        await mcp.wait_task(task_id, lambda task: task.get("statusMessage") == "waiting for the gate")
+        kept.save(task_id, 99, KEPT)  # an unfinished task's (of another attempt: its claims ignore it)
+        kept.save(gone, 1, KEPT)
+        await until(lambda: kept.task_ids() == [task_id])  # a sweep ran and kept the unfinished task's
+        await mcp.cancel(task_id)
+        assert (await mcp.wait_status(task_id, "cancelled", "failed", "completed"))["status"] == "cancelled"
+        await until(lambda: not kept.task_ids())  # the next sweep: its task ended another way
