@@ -122,23 +122,26 @@ variable, the mount and the volume. */}}
 {{- end -}}
 
 {{/* The data folder: the ReadWriteMany claim; with an S3 bucket an emptyDir, with the shared requestState
-key mounted into it from the chart's Secret (the gateways and the operator must all hold the same key). */}}
+key mounted into it from the chart's Secret for the gateways (which all hold the same key). Called with
+(dict "root" $ "requestState" true) by the gateway, false by the operator, which never reads that key. */}}
 {{- define "mcp-tasks.dataMounts" -}}
 - {name: data, mountPath: /var/lib/mcptasks}
-{{- if .Values.artifacts.s3.bucket }}
+{{- if and .root.Values.artifacts.s3.bucket .requestState }}
 - {name: request-state, mountPath: /var/lib/mcptasks/request-state.key, subPath: request-state.key, readOnly: true}
 {{- end }}
 {{- end -}}
 
 {{- define "mcp-tasks.dataVolumes" -}}
-{{- if .Values.artifacts.s3.bucket }}
+{{- if .root.Values.artifacts.s3.bucket }}
 - name: data
   emptyDir: {sizeLimit: 64Mi}
+{{- if .requestState }}
 - name: request-state
-  secret: {secretName: {{ include "mcp-tasks.requestStateSecret" . }}, defaultMode: 0440}
+  secret: {secretName: {{ include "mcp-tasks.requestStateSecret" .root }}, defaultMode: 0440}
+{{- end }}
 {{- else }}
 - name: data
-  persistentVolumeClaim: {claimName: {{ include "mcp-tasks.claim" . }}}
+  persistentVolumeClaim: {claimName: {{ include "mcp-tasks.claim" .root }}}
 {{- end }}
 {{- end -}}
 
