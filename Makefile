@@ -59,6 +59,7 @@ bench: install
 
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
 bench-kubernetes: install controlplane
+	$(BIN)/python -m bench.object_size
 	$(BIN)/python -m bench.kubernetes
 	$(BIN)/python -m bench.expiry
 	$(BIN)/python -m bench.scale

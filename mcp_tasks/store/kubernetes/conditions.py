@@ -7,7 +7,12 @@ on conditions work:
 - `InputRequired`: `True` while the task waits for input; reason `InputRequested` / `NoPendingInput`.
 - `Finished`: `True` once the task is terminal; reason `Completed`, `ToolError` (completed with
   `isError: true`), `Cancelled`, `Failed`, or the `reason` a failure's `error.data` names (e.g.
-  `StartTimeout`, `OutcomeUnknown`); `Running` until then. Its message is the final `statusMessage`.
+  `StartTimeout`, `OutcomeUnknown`); `Running` until then.
+
+No condition carries a `message`: what one would say is stored once, elsewhere in `status` (the
+final `statusMessage`, `attempt`, the keys of `inputRequests`), and an McpTask keeps nothing twice
+(each retained task costs etcd and the API server's watch cache). Objects written by earlier versions
+carry messages; they are read as they are and dropped at the next status write.
 
 Pure: computed from the record and the previous conditions inside the store's one status write per
 transition (no extra write). `lastTransitionTime` moves only when a condition's status changes, and
@@ -28,40 +33,16 @@ CONDITION_INPUT_REQUIRED: Final = "InputRequired"
 CONDITION_FINISHED: Final = "Finished"
 CONDITION_TYPES: Final = (CONDITION_STARTED, CONDITION_INPUT_REQUIRED, CONDITION_FINISHED)
 
-MESSAGE_LIMIT: Final = 1000
-"""Longest condition message written, in characters (the API allows 32768; a line in `describe`)."""
 
-
-def _short(message: str | None) -> str:
-    text = " ".join((message or "").split())
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
-
-
-def desired(record: TaskRecord) -> list[tuple[str, str, str, str]]:
-    """`(type, status, reason, message)` of each condition for `record`, in `CONDITION_TYPES` order."""
+def desired(record: TaskRecord) -> list[tuple[str, str, str]]:
+    """`(type, status, reason)` of each condition for `record`, in `CONDITION_TYPES` order."""
     started = record.attempt >= 1 or record.status.is_terminal
     waiting = record.status is TaskStatus.INPUT_REQUIRED
-    keys = ", ".join(sorted(record.input_requests))
     finished = record.status.is_terminal
     return [
-        (
-            CONDITION_STARTED,
-            "True" if started else "False",
-            "RunStarted" if started else "NotStarted",
-            f"run {record.attempt} of the tool began" if record.attempt >= 1 else "",
-        ),
-        (
-            CONDITION_INPUT_REQUIRED,
-            "True" if waiting else "False",
-            "InputRequested" if waiting else "NoPendingInput",
-            f"waiting for input: {keys}" if waiting else "",
-        ),
-        (
-            CONDITION_FINISHED,
-            "True" if finished else "False",
-            record.finished_reason if finished else "Running",
-            _short(record.status_message) if finished else "",
-        ),
+        (CONDITION_STARTED, "True" if started else "False", "RunStarted" if started else "NotStarted"),
+        (CONDITION_INPUT_REQUIRED, "True" if waiting else "False", "InputRequested" if waiting else "NoPendingInput"),
+        (CONDITION_FINISHED, "True" if finished else "False", record.finished_reason if finished else "Running"),
     ]
 
 
@@ -76,7 +57,7 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
     before = {condition.type: condition for condition in previous}
     now = iso_ms(record.last_updated_at)
     conditions = []
-    for kind, status, reason, message in desired(record):
+    for kind, status, reason in desired(record):
         old = before.get(kind)
         since = old.last_transition_time if old is not None and old.status == status else now
         conditions.append(
@@ -84,7 +65,6 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
                 type=kind,
                 status=status,
                 reason=reason,
-                message=message,
                 last_transition_time=since,
                 observed_generation=generation,
             )

@@ -110,7 +110,8 @@ class TaskCondition(_Resource):
     type: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$", max_length=316)
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", min_length=1, max_length=1024)
-    message: str = Field("", max_length=32768)
+    message: str | None = Field(None, max_length=32768)
+    """Human-readable detail (an McpTool names the invalid field); McpTasks omit it (`conditions.py`)."""
     last_transition_time: str = Field(alias="lastTransitionTime", json_schema_extra={"format": "date-time"})
     observed_generation: int = Field(0, alias="observedGeneration", ge=0)
 

@@ -15,6 +15,14 @@
   main resource for client intent (`spec`) or to the status subresource for what the executor observed
   (`status`); see `mapping.plan_write`. A `409 Conflict` becomes `VersionConflict`, which
   `tasks.interfaces.transact` retries a bounded number of times.
+- Field ownership (`metadata.managedFields`) is not kept: the API server records it on create (about
+  1.6 kB of a finished task's 4.2 kB in etcd, and more in its watch cache), so the first write to an
+  object that still has it carries the documented reset (`managedFields: [{}]`). A status write
+  cannot reset it (the subresource ignores `metadata`), so the first executor write of a task is
+  preceded by one metadata-only PUT of the main resource. An object without `managedFields` stays
+  without them through every later update (the API server only starts tracking again on a
+  server-side apply), so this costs one request per task, once. Objects written by earlier versions
+  are reset on their next write.
 - After each write the API server accepted, the store tells its write observers (`observe`): writes
   this store made, not what its watch sees other replicas write.
 
@@ -90,6 +98,7 @@ class _Entry:
     obj: JsonObject | None = None
     summary: bytes | None = None
     parsed: mapping.Parsed | None = None  # of `obj`, parsed lazily, once per resourceVersion
+    tracked: bool = False  # the stored object has `managedFields` (the next write resets them)
 
     def view(self) -> JsonObject:
         """The object as far as it is kept: whole when it is, else its summary."""
@@ -230,12 +239,12 @@ class KubernetesTaskStore:
                 obj["metadata"].pop("managedFields", None)
                 self._touch(name)
             return current
-        obj["metadata"].pop("managedFields", None)  # written by the API server, read by nobody here
+        tracked = bool(obj["metadata"].pop("managedFields", None))  # written by the API server, read by nobody here
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         owner = spec.get("owner") or {}
         finished = str(status.get("taskStatus") or TaskStatus.WORKING.value) not in _UNFINISHED
         tenant, subject = sys.intern(str(owner.get("tenant"))), sys.intern(str(owner.get("subject")))
-        entry = _Entry(version, tenant, subject, finished, _expires_at(obj), obj=obj)
+        entry = _Entry(version, tenant, subject, finished, _expires_at(obj), obj=obj, tracked=tracked)
         if finished:
             entry.summary = _summary(obj)
         self._cache[name] = entry
@@ -400,9 +409,13 @@ class KubernetesTaskStore:
         current = self._parse(entry)
         plan = mapping.plan_write(current, record, writer)
         obj = entry.obj
+        reset = entry.tracked
         if plan.spec is not None:
-            obj = await self._put(record, {**obj, "spec": mapping.dump(plan.spec)}, status=False)
+            obj = await self._put(record, {**_untracked(obj, reset), "spec": mapping.dump(plan.spec)}, status=False)
+            reset = False
         if plan.status is not None:
+            if reset:  # the status subresource cannot reset field ownership: one metadata-only PUT, once
+                obj = await self._put(record, _untracked(obj, True), status=False)
             obj = await self._put(record, {**obj, "status": mapping.dump(plan.status)}, status=True)
         written = self._decode(self._remember(obj, notify=True))
         self._observers.notify(current.record, written)
@@ -538,6 +551,17 @@ class KubernetesTaskStore:
     def cached_count(self) -> int:
         """McpTasks in the cache (observability and benchmarks)."""
         return len(self._cache)
+
+
+RESET_MANAGED_FIELDS: Final[tuple[JsonObject, ...]] = ({},)
+"""`metadata.managedFields` that tells the API server to drop an object's field ownership (one empty entry)."""
+
+
+def _untracked(obj: JsonObject, reset: bool) -> JsonObject:
+    """`obj` for a PUT of the main resource; with `reset`, carrying the field-ownership reset."""
+    if not reset:
+        return obj
+    return {**obj, "metadata": {**obj["metadata"], "managedFields": [dict(entry) for entry in RESET_MANAGED_FIELDS]}}
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

@@ -1,0 +1,222 @@
+"""What one McpTask costs in etcd, field by field: `python -m bench.object_size` (in `make bench-kubernetes`).
+
+Method: start the test control plane (`tests.controlplane.cluster.ControlPlane`: etcd + kube-apiserver,
+no controller manager), create one task through `KubernetesTaskStore` as the gateway does, then make the
+writes a real run with one input round makes, each through the store's compare-and-swap as its writer
+makes it (executor writes on the status subresource, client writes on `spec`):
+
+1. the executor claims the task (a lease, attempt 1),
+2. reports progress (`statusMessage` + `progress`),
+3. asks for input (one `elicitation/create` request: `input_required`),
+4. the client answers it (`tasks/update`, a `spec` write),
+5. the executor consumes the answer (back to `working`),
+6. renews its lease,
+7. completes the task with a ~1 kB text result.
+
+The finished object is then read twice: from the API server (GET, JSON) and from etcd itself, through
+etcd's v3 JSON gateway (`POST /v3/kv/range` on the client URL: the control plane has no `etcdctl`). The
+API server stores custom resources as JSON (no protobuf for CRs), so the etcd value is the object's
+compact JSON as stored, `managedFields` included. Printed: the etcd value's size, then the size of each
+part of the GET answer as compact JSON (`metadata` and its `managedFields` entry by entry, `spec` and
+`status` field by field, each condition), and how many `managedFields` entries the object has.
+
+`--json` prints the same figures as one JSON object (tests and other benches read it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import sys
+import tempfile
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final
+
+NAMESPACE: Final = "bench-size"
+RESULT: Final = {"content": [{"type": "text", "text": "x" * 1000}], "isError": False}
+ARGUMENTS: Final = {"label": "size", "seconds": 5}
+ELICITATION: Final = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Approve?",
+        "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+    },
+}
+ANSWER: Final = {"action": "accept", "content": {"ok": True}}
+TARGET_ETCD_BYTES: Final = 3 * 1024
+
+
+def size(value: Any) -> int:
+    """Bytes of `value` as compact JSON (UTF-8), as the API server stores a custom resource."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def breakdown(obj: dict[str, Any]) -> dict[str, Any]:
+    """The size of each part of an McpTask object, in bytes of compact JSON.
+
+    Shape: `{"object", "metadata", "metadata.managedFields", "managedFields": [{manager, operation,
+    subresource, bytes}], "spec", "spec.<field>"..., "status", "status.<field>"..., "conditions": [{type, bytes}]}`.
+    """
+    metadata = obj.get("metadata") or {}
+    managed = metadata.get("managedFields") or []
+    figures: dict[str, Any] = {
+        "object": size(obj),
+        "metadata": size(metadata),
+        "metadata.managedFields": size(managed) if managed else 0,
+        "managedFields": [
+            {
+                "manager": entry.get("manager"),
+                "operation": entry.get("operation"),
+                "subresource": entry.get("subresource", ""),
+                "bytes": size(entry),
+            }
+            for entry in managed
+        ],
+    }
+    for part in ("spec", "status"):
+        body = obj.get(part) or {}
+        figures[part] = size(body)
+        for key, value in body.items():
+            figures[f"{part}.{key}"] = size(value)
+    figures["conditions"] = [
+        {"type": condition.get("type"), "bytes": size(condition)}
+        for condition in (obj.get("status") or {}).get("conditions") or []
+    ]
+    return figures
+
+
+def etcd_value(etcd_url: str, key: str) -> bytes:
+    """The value etcd holds under `key`, through its v3 JSON gateway (`/v3/kv/range`).
+
+    Raises:
+        KeyError: etcd holds nothing under `key`.
+    """
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    request = urllib.request.Request(f"{etcd_url}/v3/kv/range", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        found = json.load(answer)
+    kvs = found.get("kvs") or []
+    if not kvs:
+        raise KeyError(key)
+    return base64.b64decode(kvs[0].get("value", ""))
+
+
+async def run_one_task(kubeconfig: Path, namespace: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Create one task and take it through a run with one input round to `completed`; the finished object (GET).
+
+    Every write goes through `KubernetesTaskStore.compare_and_swap` as its writer makes it.
+    """
+    from kubernetes_asyncio import config
+
+    from mcp_tasks.protocol.models import TaskStatus
+    from mcp_tasks.store.kubernetes import KubernetesTaskStore
+    from mcp_tasks.store.kubernetes.client import Apis, call
+    from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
+    from mcp_tasks.tasks import transitions
+    from mcp_tasks.tasks.ids import mint_task_id
+    from mcp_tasks.tasks.interfaces import Writer, utc_now
+    from mcp_tasks.tasks.owner import LOCAL_OWNER
+    from mcp_tasks.tasks.record import TaskRecord
+
+    await config.load_kube_config(config_file=str(kubeconfig))
+    from kubernetes_asyncio.client import ApiClient
+
+    async with ApiClient() as api:
+        store = KubernetesTaskStore(api, namespace)
+        now = utc_now()
+        record = await store.create(
+            TaskRecord(
+                task_id=mint_task_id(),
+                owner=LOCAL_OWNER,
+                tool="bench_input",
+                arguments=dict(ARGUMENTS if arguments is None else arguments),
+                status=TaskStatus.WORKING,
+                created_at=now,
+                last_updated_at=now,
+                ttl_ms=3_600_000,
+                poll_interval_ms=1000,
+                client_capabilities={"elicitation": {"form": {}}},
+            )
+        )
+        lease, retention = timedelta(seconds=30), 3_600_000
+
+        async def executor(change: TaskRecord) -> TaskRecord:
+            return await store.compare_and_swap(change, Writer.EXECUTOR)
+
+        record = await executor(transitions.claim(record, "operator-0", utc_now(), lease, retention))
+        record = await executor(transitions.report_progress(record, 1, 3, None, utc_now()))
+        record, keys = transitions.add_input_requests(record, [("approve", dict(ELICITATION))], utc_now())
+        record = await executor(record)
+        record = await store.compare_and_swap(
+            transitions.answer_input_requests(record, {keys[0]: dict(ANSWER)}, utc_now()), Writer.CLIENT
+        )
+        record, _taken = transitions.take_input_responses(record, keys)
+        record = await executor(record)
+        record = await executor(transitions.renew(record, "operator-0", utc_now(), lease, retention))
+        record = await executor(transitions.complete(record, dict(RESULT), utc_now()))
+        finished = await store.get(record.task_id, fresh=True)
+        assert finished.status is TaskStatus.COMPLETED, finished.status
+        objects = Apis(api).objects
+        got: dict[str, Any] = await call(
+            objects.get_namespaced_custom_object, GROUP, VERSION, namespace, TASK_PLURAL, record.task_id
+        )
+        return got
+
+
+def measure(plane: Any) -> dict[str, Any]:
+    """Run one task on `plane` (a started `ControlPlane`); measure its finished McpTask (module docstring)."""
+    plane.kubectl("create", "namespace", NAMESPACE)
+    obj = asyncio.run(run_one_task(plane.kubeconfig, NAMESPACE))
+    name = obj["metadata"]["name"]
+    stored = etcd_value(plane.etcd_url, f"/registry/mcptasks.io/mcptasks/{NAMESPACE}/{name}")
+    return {"etcd": len(stored), "breakdown": breakdown(obj)}
+
+
+def report(figures: dict[str, Any]) -> str:
+    """The figures as text lines."""
+    parts = figures["breakdown"]
+    verdict = "met" if figures["etcd"] <= TARGET_ETCD_BYTES else "NOT met"
+    lines = [
+        f"finished McpTask in etcd: {figures['etcd']} bytes (target <= {TARGET_ETCD_BYTES}: {verdict})",
+        f"  GET as compact JSON: {parts['object']} bytes",
+        f"  metadata: {parts['metadata']} (managedFields {parts['metadata.managedFields']}"
+        f" in {len(parts['managedFields'])} entries)",
+    ]
+    for entry in parts["managedFields"]:
+        lines.append(f"    {entry['manager']} {entry['operation']} {entry['subresource'] or 'main'}: {entry['bytes']}")
+    for part in ("spec", "status"):
+        lines.append(f"  {part}: {parts[part]}")
+        for key, value in parts.items():
+            if key.startswith(f"{part}.") and isinstance(value, int):
+                lines.append(f"    {key.removeprefix(part + '.')}: {value}")
+    for condition in parts["conditions"]:
+        lines.append(f"    condition {condition['type']}: {condition['bytes']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: start a control plane, measure, print."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args(argv)
+    from tests.controlplane import cluster
+
+    with tempfile.TemporaryDirectory(prefix="mcptasks-size-") as name:
+        try:
+            plane = cluster.ControlPlane(Path(name) / "plane", controllers=False)
+        except cluster.ControlPlaneUnavailable as exc:
+            print(f"no control plane: {exc}", file=sys.stderr)
+            return 2
+        with plane:
+            figures = measure(plane)
+    print(json.dumps(figures, indent=2) if args.json else report(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
