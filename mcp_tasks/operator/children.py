@@ -118,7 +118,7 @@ class Children:
 
     def replace_all(self, jobs: Iterable[JsonObject], jobs_at: str, pods: Iterable[JsonObject], pods_at: str) -> None:
         """Merge authoritative listings of the namespace's Jobs and pods, taken at resourceVersions
-        `jobs_at` and `pods_at` (on becoming the active replica): newer copies win, and a copy a listing
+        `jobs_at` and `pods_at` (on becoming the leader): newer copies win, and a copy a listing
         lacks is dropped unless it is newer than that listing (the watch saw it after it was taken).
         """
         jobs, pods = list(jobs), list(pods)

@@ -9,7 +9,8 @@ or the resync interval, it
 3. writes `status.warm` (`endpoints` of the ready pods, `readyWorkers`, `service`) of each warm McpTool
    whose endpoints changed: one status merge patch per change, never per call.
 
-Only the kopf-active replica runs it: its pod events are current, a standby's are paused.
+Only the leader runs it (`leadership.LeaderElection`): two replicas must not publish endpoints or apply
+objects against each other.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class WarmTools:
         self._wake.set()
 
     async def run(self, active: asyncio.Event) -> None:
-        """Run until cancelled, while `active` is set (the kopf-active replica: a standby's pod events are
-        paused, so its endpoints would be stale; it must neither publish them nor fight the active one).
+        """Run until cancelled, while `active` is set (this replica holds the leader Lease; a standby must
+        neither publish endpoints nor fight the leader). On becoming the leader it lists the pods afresh.
         """
         changed = self.catalog.subscribe()
         loop = asyncio.get_running_loop()

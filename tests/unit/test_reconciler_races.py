@@ -168,7 +168,7 @@ async def test_a_decision_made_on_a_lagging_copy_is_not_applied_to_the_newer_tas
 
 
 async def test_a_replica_that_lost_the_lead_while_waiting_acts_on_nothing() -> None:
-    """A worker idle inside `queue.get()` when peering paused this replica does not reconcile the key it
+    """A worker idle inside `queue.get()` when this replica stopped leading does not reconcile the key it
     then gets: it puts it back for when the replica leads again."""
     waiting = waiting_task()
     store = LaggingStore(waiting)
