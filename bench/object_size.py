@@ -20,7 +20,14 @@ compact JSON as stored, `managedFields` included. Printed: the etcd value's size
 part of the GET answer as compact JSON (`metadata` and its `managedFields` entry by entry, `spec` and
 `status` field by field, each condition), and how many `managedFields` entries the object has.
 
-`--json` prints the same figures as one JSON object (tests and other benches read it).
+Then, with `--tasks N` (default 2,000; 0 skips it), N more finished tasks (each created and completed
+with the 1 kB result, as `bench.scale` makes them) are added to a second namespace, and what they cost
+the cluster is read: kube-apiserver resident memory (`VmRSS`, read once it stopped growing) and etcd's
+database in use (`etcd_mvcc_db_total_size_in_use_in_bytes` from its `/metrics`) before and after;
+per task = difference / N. N this small weighs fixed costs (caches warming) into the figure, so it is
+an upper bound; `bench.scale` measures at 10,000 and more.
+
+`--json` prints the same figures as one JSON object.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ ELICITATION: Final = {
 }
 ANSWER: Final = {"action": "accept", "content": {"ok": True}}
 TARGET_ETCD_BYTES: Final = 3 * 1024
+TARGET_APISERVER_BYTES: Final = 30_000
 
 
 def size(value: Any) -> int:
@@ -168,6 +176,48 @@ async def run_one_task(kubeconfig: Path, namespace: str, arguments: dict[str, An
         return got
 
 
+def apiserver_rss(plane: Any) -> int:
+    """kube-apiserver resident memory once it stopped growing (two reads 2 s apart within 1%), in bytes."""
+    import time
+
+    from bench.scale import rss_bytes
+
+    pid = plane.processes["kube-apiserver"].pid
+    before = rss_bytes(pid)
+    for _ in range(15):
+        time.sleep(2)
+        now = rss_bytes(pid)
+        if abs(now - before) <= before / 100:
+            return now
+        before = now
+    return before
+
+
+def etcd_in_use(plane: Any) -> int:
+    """etcd's database size in use (`etcd_mvcc_db_total_size_in_use_in_bytes`), in bytes."""
+    with urllib.request.urlopen(f"{plane.etcd_url}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("etcd_mvcc_db_total_size_in_use_in_bytes "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("etcd reported no etcd_mvcc_db_total_size_in_use_in_bytes")
+
+
+def measure_many(plane: Any, tasks: int) -> dict[str, Any]:
+    """kube-apiserver RSS and etcd size per retained finished task, over `tasks` of them (module docstring)."""
+    from bench.scale import create_tasks
+
+    namespace = f"{NAMESPACE}-many"
+    plane.kubectl("create", "namespace", namespace)
+    rss_before, etcd_before = apiserver_rss(plane), etcd_in_use(plane)
+    asyncio.run(create_tasks(plane.kubeconfig, namespace, tasks, finished=True))
+    rss_after, etcd_after = apiserver_rss(plane), etcd_in_use(plane)
+    return {
+        "tasks": tasks,
+        "apiserver_rss_per_task": (rss_after - rss_before) / tasks,
+        "etcd_in_use_per_task": (etcd_after - etcd_before) / tasks,
+    }
+
+
 def measure(plane: Any) -> dict[str, Any]:
     """Run one task on `plane` (a started `ControlPlane`); measure its finished McpTask (module docstring)."""
     plane.kubectl("create", "namespace", NAMESPACE)
@@ -181,7 +231,17 @@ def report(figures: dict[str, Any]) -> str:
     """The figures as text lines."""
     parts = figures["breakdown"]
     verdict = "met" if figures["etcd"] <= TARGET_ETCD_BYTES else "NOT met"
-    lines = [
+    many = figures.get("many")
+    lines = []
+    if many:
+        lines.append(
+            f"{many['tasks']} finished tasks: kube-apiserver RSS"
+            f" {many['apiserver_rss_per_task'] / 1000:.1f} kB per task"
+            f" (target <= {TARGET_APISERVER_BYTES // 1000} kB), etcd in use"
+            f" {many['etcd_in_use_per_task'] / 1000:.2f} kB"
+            " per task (database pages, revisions not yet compacted included)"
+        )
+    lines += [
         f"finished McpTask in etcd: {figures['etcd']} bytes (target <= {TARGET_ETCD_BYTES}: {verdict})",
         f"  GET as compact JSON: {parts['object']} bytes",
         f"  metadata: {parts['metadata']} (managedFields {parts['metadata.managedFields']}"
@@ -203,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: start a control plane, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--tasks", type=int, default=2000, help="finished tasks for the per-task figures (0: skip)")
     args = parser.parse_args(argv)
     from tests.controlplane import cluster
 
@@ -214,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with plane:
             figures = measure(plane)
+            if args.tasks > 0:
+                figures["many"] = measure_many(plane, args.tasks)
     print(json.dumps(figures, indent=2) if args.json else report(figures))
     return 0
 
