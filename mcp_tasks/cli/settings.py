@@ -326,6 +326,14 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
             f"--worker-port / MCPTASKS_WORKER_PORT must be 1-65535, got {settings.operator.worker_port}"
         )
     operator = settings.operator
+    tls_files = (operator.worker_tls_cert_file, operator.worker_tls_key_file)
+    if (tls_files[0] is None) != (tls_files[1] is None):
+        raise SettingsError("set both MCPTASKS_WORKER_TLS_CERT_FILE and MCPTASKS_WORKER_TLS_KEY_FILE, or neither")
+    for tls_file in tls_files:
+        if tls_file is not None and not tls_file.is_file():
+            raise SettingsError(f"MCPTASKS_WORKER_TLS_CERT_FILE / _KEY_FILE: {tls_file} is not a file")
+    if tls_files[0] is not None and worker_url is not None and not worker_url.startswith("https://"):
+        raise SettingsError(f"the worker API serves HTTPS: --worker-url must be https, got {worker_url!r}")
     if not 0 < operator.leader_retry_period_s < operator.leader_renew_deadline_s < operator.leader_lease_duration_s:
         raise SettingsError(
             "the leader election needs 0 < MCPTASKS_LEADER_RETRY_PERIOD_S < MCPTASKS_LEADER_RENEW_DEADLINE_S < "

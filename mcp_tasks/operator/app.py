@@ -38,6 +38,7 @@ from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.interfaces import ArtifactStore, utc_now
+from mcp_tasks.worker import tls
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import ChainedLookup, Execution
@@ -161,7 +162,11 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         web_runner = web.AppRunner(worker_app, access_log=None, shutdown_timeout=5)
         await web_runner.setup()
         stack.push_async_callback(web_runner.cleanup)
-        await web.TCPSite(web_runner, config.worker_host, config.worker_port).start()
+        served = None
+        if config.worker_tls_cert_file is not None and config.worker_tls_key_file is not None:
+            served = tls.ServedCertificate(config.worker_tls_cert_file, config.worker_tls_key_file)
+        serving_tls = None if served is None else served.context
+        await web.TCPSite(web_runner, config.worker_host, config.worker_port, ssl_context=serving_tls).start()
         print(
             f"mcp-tasks operator: namespace {namespace}, worker API on {config.worker_host}:{config.worker_port} "
             f"(pods use {config.pod_worker_url})",
@@ -208,6 +213,9 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             ),
             asyncio.create_task(aio.every(config.sweep_interval_s, sweep, "operator sweep", log=logger), name="sweep"),
         ]
+        if served is not None:
+            reload = aio.every(tls.RELOAD_INTERVAL_S, served.refresh, "worker API certificate reload", log=logger)
+            background.append(asyncio.create_task(reload, name="worker-tls-reload"))
         stack.push_async_callback(aio.cancel_and_wait, background, log=logger)
         connection = None if wiring.in_cluster else connection_info(api.configuration, namespace)
         registry = build_registry(reconciler, warm_tools, connection)

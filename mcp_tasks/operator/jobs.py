@@ -6,7 +6,8 @@ reference to the McpTask, so deleting the task (expiry) removes it through the g
 The Job runs the tool's image with the tool runtime contract's environment (`runtime.contract`), a
 restrictive security context, and retries only for tools declared idempotent. The pod proves which
 task it runs with a projected ServiceAccount token of audience `WORKER_TOKEN_AUDIENCE`, bound to the
-pod (`credentials.PodIdentity`): no Secret per task.
+pod (`credentials.PodIdentity`): no Secret per task. When the worker API serves HTTPS, the same volume
+holds its CA (`ca.crt` of `worker_ca_secret`) and `MCPTASKS_WORKER_CA_FILE` names it.
 It has no `activeDeadlineSeconds`: that would count time spent waiting for input, which
 `maxRunTimeSeconds` does not; the reconciler enforces both limits from the McpTask instead.
 """
@@ -33,6 +34,19 @@ TOKEN_LIFETIME_S: Final = 3600
 """`expirationSeconds` of the projected token (the kubelet renews it at 80% of its life)."""
 
 
+CA_FILE: Final = "ca.crt"
+"""The worker API's CA in the pod's `TOKEN_DIR` (only with `worker_ca_secret`): the one key of that Secret mounted."""
+
+
+def _ca_source(settings: OperatorSettings) -> list[JsonObject]:
+    """The projected-volume source of the worker API's CA (`ca.crt` of `worker_ca_secret` only, never its
+    key), or none without TLS.
+    """
+    if not settings.worker_ca_secret:
+        return []
+    return [{"secret": {"name": settings.worker_ca_secret, "items": [{"key": CA_FILE, "path": CA_FILE}]}}]
+
+
 def object_name(task_id: str) -> str:
     """Name of the task's Job: `mcptask-<taskId>` (40 characters for a 32-hex taskId)."""
     return PREFIX + task_id
@@ -52,6 +66,11 @@ def build_job(
     env: list[dict[str, Any]] = [
         {"name": contract.ENV_WORKER_URL, "value": f"{settings.pod_worker_url.rstrip('/')}/v1/executions/{task_id}"},
         {"name": contract.ENV_WORKER_TOKEN_FILE, "value": f"{TOKEN_DIR}/token"},
+        *(
+            [{"name": contract.ENV_WORKER_CA_FILE, "value": f"{TOKEN_DIR}/{CA_FILE}"}]
+            if settings.worker_ca_secret
+            else []
+        ),
         {"name": contract.ENV_TASK_ID, "value": task_id},
         *pods.declared_env(tool),
         *([{"name": ENV_TRACEPARENT, "value": traceparent}] if traceparent else []),
@@ -77,7 +96,8 @@ def build_job(
                                 "expirationSeconds": TOKEN_LIFETIME_S,
                                 "path": "token",
                             }
-                        }
+                        },
+                        *_ca_source(settings),
                     ]
                 },
             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from mcp_tasks.tasks.pod_shape import ToolDefaults
 
@@ -17,6 +18,13 @@ class OperatorSettings:
             `None` means `http://127.0.0.1:<worker_port>` (pods on this machine only: the test process node).
         worker_host: address the worker API binds (default all interfaces).
         worker_port: port of the worker API (default 8081).
+        worker_tls_cert_file: PEM certificate (chain) the worker API serves HTTPS with (the chart mounts the
+            `tls.crt` of `tls.workerApi.secretName` or of its cert-manager Certificate); `None` (the default):
+            plain HTTP. Projected ServiceAccount tokens travel on this connection. Needs `worker_tls_key_file`.
+        worker_tls_key_file: PEM private key of `worker_tls_cert_file`.
+        worker_ca_secret: Secret of the namespace whose `ca.crt` tool pods mount (beside their worker token,
+            `MCPTASKS_WORKER_CA_FILE`) to verify the worker API's certificate; `None`: tool pods trust their
+            image's CA bundle only. Only that key is mounted, never the private key.
         start_deadline_s: a pod that has not started this long after its Job was created (image cannot
             be pulled, unschedulable) fails its task, in seconds (default 300).
         job_ttl_after_finished_s: `ttlSecondsAfterFinished` of each Job, in seconds (default 600); the
@@ -53,6 +61,9 @@ class OperatorSettings:
     worker_url: str | None = None
     worker_host: str = "0.0.0.0"  # pods reach it through the cluster network
     worker_port: int = 8081
+    worker_tls_cert_file: Path | None = None
+    worker_tls_key_file: Path | None = None
+    worker_ca_secret: str | None = None
     start_deadline_s: float = 300.0
     job_ttl_after_finished_s: int = 600
     idempotent_retries: int = 2
@@ -72,4 +83,5 @@ class OperatorSettings:
     @property
     def pod_worker_url(self) -> str:
         """The worker API's base URL as pods see it."""
-        return self.worker_url or f"http://127.0.0.1:{self.worker_port}"
+        scheme = "http" if self.worker_tls_cert_file is None else "https"
+        return self.worker_url or f"{scheme}://127.0.0.1:{self.worker_port}"

@@ -16,6 +16,9 @@ ENV_WORKER_TOKEN: Final = "MCPTASKS_WORKER_TOKEN"
 ENV_WORKER_TOKEN_FILE: Final = "MCPTASKS_WORKER_TOKEN_FILE"
 """Instead of `MCPTASKS_WORKER_TOKEN`: a file holding the bearer token, read again for every call, as
 it is rotated (on Kubernetes: the pod's projected ServiceAccount token, audience `mcp-tasks-worker`)."""
+ENV_WORKER_CA_FILE: Final = "MCPTASKS_WORKER_CA_FILE"
+"""PEM file of the CA to verify an `https` worker URL's certificate with (on Kubernetes: the `ca.crt` of the
+operator's worker-API certificate, mounted beside the worker token); unset: the system's CA bundle."""
 ENV_TASK_ID: Final = "MCPTASKS_TASK_ID"
 """The MCP `taskId` when the run is a task; empty for a synchronous (non-task) run."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -138,6 +139,9 @@ class ToolContext:
         self._token_file = None if token or start is not None else os.environ[contract.ENV_WORKER_TOKEN_FILE]
         self._timeout_s = timeout_s
         self._retry_s = retry_s
+        ca_file = os.environ.get(contract.ENV_WORKER_CA_FILE)
+        # An https worker URL is verified (hostname and chain); against the given CA when there is one.
+        self._tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
         if start is None:
             start = self._call("GET", contract.PATH_INPUT)
         self.arguments: Json = start.get("arguments") or {}
@@ -181,7 +185,9 @@ class ToolContext:
             if data is not None:
                 request.add_header("Content-Type", "application/json")
             try:
-                with urllib.request.urlopen(request, timeout=timeout_s or self._timeout_s) as response:
+                with urllib.request.urlopen(
+                    request, timeout=timeout_s or self._timeout_s, context=self._tls
+                ) as response:
                     payload = response.read()
                 return json.loads(payload) if payload else {}
             except urllib.error.HTTPError as exc:
@@ -197,6 +203,8 @@ class ToolContext:
                 if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
                     raise WorkerApiError(exc.code, detail) from exc
             except (urllib.error.URLError, ConnectionError) as exc:
+                if isinstance(getattr(exc, "reason", None), ssl.SSLCertVerificationError):
+                    raise WorkerApiError(495, f"the worker API's certificate is not trusted: {exc}") from exc
                 if time.monotonic() + delay > deadline:
                     raise WorkerApiError(503, f"worker API unreachable: {exc}") from exc
             time.sleep(delay)

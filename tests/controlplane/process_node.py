@@ -25,7 +25,7 @@ kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pod
   for a token of the pod's ServiceAccount (TokenRequest) and hands it to the process as a kubeconfig
   in `$KUBECONFIG` (no file can be mounted at the in-cluster path). A `projected` volume's
   `serviceAccountToken` sources become files holding a TokenRequest token with their audience, bound
-  to the pod (name and uid claims), as a kubelet writes them.
+  to the pod (name and uid claims), as a kubelet writes them; its `secret` sources, the listed keys.
 - **Probes**: an `httpGet` readiness probe is run against the pod's address; the pod is Ready only
   while it passes (so a rollout waits for it, and endpoints follow it). Liveness probes are not run.
 - **Restarts**: with `restartPolicy: Always` (Deployments) an exited container is started again after a
@@ -541,11 +541,18 @@ class ProcessNode:
     async def _projected_tokens(
         self, meta: dict[str, Any], spec: dict[str, Any], projected: dict[str, Any]
     ) -> dict[str, bytes]:
-        """The `serviceAccountToken` sources of a projected volume, as a kubelet makes them: a TokenRequest
-        for the pod's ServiceAccount with the source's audience, bound to this pod (name and uid claims)."""
+        """The `serviceAccountToken` and `secret` sources of a projected volume, as a kubelet makes them: a
+        TokenRequest for the pod's ServiceAccount with the source's audience, bound to this pod (name and uid
+        claims); a Secret's listed keys."""
         account = spec.get("serviceAccountName") or "default"
         files: dict[str, bytes] = {}
         for source in projected.get("sources", []):
+            if "secret" in source:  # the listed keys of a Secret (all of them without `items`), as a kubelet does
+                secret = await self.core.read_namespaced_secret(source["secret"]["name"], meta["namespace"])
+                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+                items = source["secret"].get("items") or [{"key": key, "path": key} for key in data]
+                files.update({item["path"]: data[item["key"]] for item in items})
+                continue
             wanted = source.get("serviceAccountToken")
             if not wanted:
                 continue

@@ -43,9 +43,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-data" (include "mcp-tasks.fullname" .)) .Values.persistence.existingClaim -}}
 {{- end -}}
 
-{{/* The worker API as tool Pods reach it: the operator Service's DNS name. */}}
+{{/* The worker API as tool Pods reach it: the operator Service's DNS name, https with a certificate. */}}
 {{- define "mcp-tasks.workerUrl" -}}
-{{- printf "http://%s-operator.%s.svc:%d" (include "mcp-tasks.fullname" .) .Release.Namespace (int .Values.operator.workerPort) -}}
+{{- $scheme := ternary "https" "http" (ne (include "mcp-tasks.workerTlsSecret" .) "") -}}
+{{- printf "%s://%s-operator.%s.svc:%d" $scheme (include "mcp-tasks.fullname" .) .Release.Namespace (int .Values.operator.workerPort) -}}
+{{- end -}}
+
+{{/* The kubernetes.io/tls Secret of the worker API's certificate: tls.workerApi.secretName, else the one the
+cert-manager Certificate (templates/tls.yaml) writes; empty: plain HTTP. */}}
+{{- define "mcp-tasks.workerTlsSecret" -}}
+{{- if .Values.tls.workerApi.secretName -}}
+{{- .Values.tls.workerApi.secretName -}}
+{{- else if .Values.tls.certManager.issuerRef.name -}}
+{{- printf "%s-worker-api-tls" (include "mcp-tasks.fullname" .) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The restricted Pod Security profile: pod level, then container level. */}}
