@@ -22,7 +22,13 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from mcp_tasks import __version__, observability
 from mcp_tasks.cli.artifacts import artifact_store
-from mcp_tasks.cli.serve import authenticator_for, load_request_state_key, load_warm_call_signer, run_until_signalled
+from mcp_tasks.cli.serve import (
+    authenticator_for,
+    load_request_state_key,
+    load_warm_call_signer,
+    run_until_signalled,
+    warm_peer_tls,
+)
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
 from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
@@ -141,7 +147,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     else:  # warm tools' synchronous calls go to their warm workers; the rest run as hidden tasks on Jobs
         channel = WorkerChannel(store, artifacts, utc_now, settings.runner.inline_result_max_bytes)
         hidden_tasks = TaskBackedExecutor(store, utc_now, settings.gateway.caller_watch_s)
-        executor = warm = WarmCallExecutor(hidden_tasks, catalog.warm_endpoints, channel, signer)
+        executor = warm = WarmCallExecutor(
+            hidden_tasks, catalog.warm_endpoints, channel, signer, warm_peer_tls(settings)
+        )
     services = Services(
         store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
     )

@@ -14,7 +14,7 @@ import socket
 from mcp_tasks import observability
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.gateway import connect
-from mcp_tasks.cli.serve import load_warm_call_signer, start_metrics
+from mcp_tasks.cli.serve import load_warm_call_signer, start_metrics, warm_peer_tls
 from mcp_tasks.cli.settings import Settings, SettingsError
 from mcp_tasks.operator import app
 from mcp_tasks.store.kubernetes.client import close_api_client
@@ -44,6 +44,7 @@ async def operator(settings: Settings) -> None:
         watch_timeout_s=settings.kubernetes.watch_timeout_s,
         artifacts=artifacts,
         warm_call_signer=load_warm_call_signer(settings),
+        warm_tls=warm_peer_tls(settings),
         # client-go's shape: the pod's name, and a suffix so that a restarted process is a new holder
         identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
     )

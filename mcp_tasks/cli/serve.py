@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +29,7 @@ from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.manifests import FileToolCatalog
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.interfaces import utc_now
-from mcp_tasks.worker import warm_auth
+from mcp_tasks.worker import tls, warm_auth
 from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.cli")
@@ -58,6 +59,22 @@ def load_key(data_dir: Path, name: str, make: Callable[[], bytes] = lambda: secr
         finally:
             aside.unlink()
     return path.read_bytes()
+
+
+def warm_peer_tls(settings: Settings) -> tls.PeerTls | None:
+    """How warm pods' HTTPS is verified (`MCPTASKS_WARM_TLS_CA_FILE`, `MCPTASKS_WARM_TLS_SERVER_NAME`); `None`
+    without a CA file (plain HTTP).
+
+    Raises:
+        SettingsError: the CA file cannot be read or holds no PEM certificate.
+    """
+    kube = settings.kubernetes
+    if kube.warm_tls_ca_file is None:
+        return None
+    try:
+        return tls.PeerTls(tls.client_context(kube.warm_tls_ca_file), kube.warm_tls_server_name)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"MCPTASKS_WARM_TLS_CA_FILE ({kube.warm_tls_ca_file}): {exc}") from exc
 
 
 def load_warm_call_signer(settings: Settings) -> WarmCallSigner:

@@ -89,6 +89,11 @@ class KubernetesSettings:
         cache_full_objects: finished tasks the gateway also keeps whole in its cache, the most recently
             finished or read (default 2048); every other finished task is kept as a summary of about
             1 kB, and reading its result costs one GET to the API server.
+        warm_tls_ca_file: PEM CA that warm tools' pods' certificates are verified with, when they serve HTTPS
+            (the chart's `tls.warmWorkers`; the gateway's synchronous calls and the operator's warm tasks);
+            `None` (the default): warm pods are called over plain HTTP.
+        warm_tls_server_name: the DNS name a warm pod's certificate must carry (pods are called by IP, so
+            the name is checked instead of the address); default `mcp-tasks-warm-worker`.
     """
 
     kubeconfig: Path | None = None
@@ -97,6 +102,8 @@ class KubernetesSettings:
     runner: str = "none"
     watch_timeout_s: int = 300
     cache_full_objects: int = 2048
+    warm_tls_ca_file: Path | None = None
+    warm_tls_server_name: str = "mcp-tasks-warm-worker"
 
 
 @dataclass(frozen=True, slots=True)

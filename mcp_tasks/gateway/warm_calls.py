@@ -27,6 +27,7 @@ from mcp_tasks.tasks.interfaces import InlineCall, ToolExecutor
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import Execution, Finished
+from mcp_tasks.worker.tls import PeerTls, base_url
 from mcp_tasks.worker.warm import (
     WarmTarget,
     WorkerLost,
@@ -65,8 +66,10 @@ class WarmCallExecutor:
         endpoints: Callable[[str], Sequence[str]],
         channel: WorkerChannel,
         signer: WarmCallSigner,
+        tls: PeerTls | None = None,
     ) -> None:
         self.fallback = fallback
+        self.tls = tls
         self.signer = signer
         self.endpoints = endpoints
         self.channel = channel
@@ -115,7 +118,7 @@ class WarmCallExecutor:
         outcome: JsonObject | object = _AGAIN_AS_TASK
         async with asyncio.timeout(tool.execution.sync_timeout_seconds):
             for endpoint in endpoints[first:] + endpoints[:first]:
-                target = WarmTarget(f"http://{endpoint}")
+                target = WarmTarget(base_url(endpoint, self.tls), tls=self.tls)
                 try:
                     final = await send_call(self._session, target, body, channel_events(self.channel, execution), auth)
                 except WorkerLost as exc:

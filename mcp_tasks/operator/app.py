@@ -32,6 +32,7 @@ from mcp_tasks.operator.leadership import LeaderElection, LeaseTiming
 from mcp_tasks.operator.reconciler import Reconciler
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.tool_status import write_tool_statuses
+from mcp_tasks.operator.warm import PodTls
 from mcp_tasks.operator.warm_tasks import WarmTaskRunner
 from mcp_tasks.operator.warm_tools import WarmTools
 from mcp_tasks.runner import RunnerSettings
@@ -68,6 +69,7 @@ class OperatorWiring:
             gateways' request-state key): signs the credentials of its warm calls, its public half goes into
             the warm Deployments' pods, and the worker tokens of warm calls are derived from it.
         identity: this replica's holder identity in the leader Lease (unique per process).
+        warm_tls: how warm pods' HTTPS is verified (`MCPTASKS_WARM_TLS_CA_FILE`); `None`: plain HTTP.
     """
 
     api_client: ApiClient
@@ -79,6 +81,7 @@ class OperatorWiring:
     artifacts: ArtifactStore
     warm_call_signer: WarmCallSigner
     identity: str
+    warm_tls: tls.PeerTls | None = None
 
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
@@ -138,6 +141,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             wiring.warm_call_signer.public_pem,
             config.resync_interval_s,
             config.tool_defaults,
+            PodTls(config.warm_tls_secret, config.worker_ca_secret),
         )
         warm_tasks = WarmTaskRunner(
             store,
@@ -149,6 +153,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             wiring.warm_call_signer,
             reconciler.job_exists,
             warm_tools.kill_pod,
+            wiring.warm_tls,
         )
         executions = ChainedLookup(warm_tasks, job_executions)
 

@@ -25,6 +25,9 @@ class OperatorSettings:
         worker_ca_secret: Secret of the namespace whose `ca.crt` tool pods mount (beside their worker token,
             `MCPTASKS_WORKER_CA_FILE`) to verify the worker API's certificate; `None`: tool pods trust their
             image's CA bundle only. Only that key is mounted, never the private key.
+        warm_tls_secret: `kubernetes.io/tls` Secret of the namespace whose `tls.crt` and `tls.key` warm tools' pods
+            serve their calls with over HTTPS (the chart's `tls.warmWorkers.secretName`; a certificate of its own,
+            never the worker API's: a tool image holds this key). `None`: warm pods serve plain HTTP.
         start_deadline_s: a pod that has not started this long after its Job was created (image cannot
             be pulled, unschedulable) fails its task, in seconds (default 300).
         job_ttl_after_finished_s: `ttlSecondsAfterFinished` of each Job, in seconds (default 600); the
@@ -64,6 +67,7 @@ class OperatorSettings:
     worker_tls_cert_file: Path | None = None
     worker_tls_key_file: Path | None = None
     worker_ca_secret: str | None = None
+    warm_tls_secret: str | None = None
     start_deadline_s: float = 300.0
     job_ttl_after_finished_s: int = 600
     idempotent_retries: int = 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_tasks.operator import pods
@@ -57,14 +58,59 @@ def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> Json
     }
 
 
+TLS_DIR: Final = "/var/run/secrets/mcp-tasks"
+"""Where a warm pod finds its serving certificate (`tls.crt`, `tls.key`) and the worker API's CA (`ca.crt`)."""
+TLS_VOLUME: Final = "mcptasks-tls"
+
+
+@dataclass(frozen=True, slots=True)
+class PodTls:
+    """TLS of warm pods (the chart's `tls.*`): their serving certificate and the worker API's CA.
+
+    Attributes:
+        serving_secret: `kubernetes.io/tls` Secret whose `tls.crt` and `tls.key` the pods serve `/v1/calls`
+            with (`OperatorSettings.warm_tls_secret`); `None`: plain HTTP.
+        worker_ca_secret: Secret whose `ca.crt` the pods verify the worker API with, for input requests
+            (`OperatorSettings.worker_ca_secret`); `None`: the image's CA bundle.
+    """
+
+    serving_secret: str | None = None
+    worker_ca_secret: str | None = None
+
+
+def _tls_parts(tls: PodTls) -> tuple[list[JsonObject], list[JsonObject]]:
+    """The environment and the projected-volume sources of `tls` (only the keys named, nothing else)."""
+    env: list[JsonObject] = []
+    sources: list[JsonObject] = []
+    if tls.serving_secret:
+        env += [
+            {"name": contract.ENV_SERVE_TLS_CERT_FILE, "value": f"{TLS_DIR}/tls.crt"},
+            {"name": contract.ENV_SERVE_TLS_KEY_FILE, "value": f"{TLS_DIR}/tls.key"},
+        ]
+        items = [{"key": key, "path": key} for key in ("tls.crt", "tls.key")]
+        sources.append({"secret": {"name": tls.serving_secret, "items": items}})
+    if tls.worker_ca_secret:
+        env.append({"name": contract.ENV_WORKER_CA_FILE, "value": f"{TLS_DIR}/ca.crt"})
+        sources.append({"secret": {"name": tls.worker_ca_secret, "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
+    return env, sources
+
+
 def build_deployment(
-    mcptool: JsonObject, tool: ToolSpec, instance: str | None, call_key: str, defaults: ToolDefaults | None = None
+    mcptool: JsonObject,
+    tool: ToolSpec,
+    instance: str | None,
+    call_key: str,
+    defaults: ToolDefaults | None = None,
+    tls: PodTls | None = None,
 ) -> JsonObject:
     """The Deployment of `tool`'s warm workers (`tool.warm` set), shaped as its Jobs are (`pods.shape_*`
     over the release's `defaults`); `warm.resources`, when given, replaces the container's `resources`.
 
     `call_key` is the public key (PEM) of the warm-call credentials (`contract.ENV_SERVE_CALL_KEY`): public,
     so it sits in the pod template, and a new key rolls the pods.
+
+    With `tls`, the pods serve `/v1/calls` over HTTPS and verify the worker API with its CA: one projected
+    volume (`mcptasks-tls` at `TLS_DIR`) holds the Secrets' named keys only.
 
     Replicas: `minWorkers`, at least 1 (a Deployment scaled to zero takes no calls; embedded pools start
     lazily instead). With `autoscaling` the replica count is left to the HPA after creation.
@@ -74,6 +120,8 @@ def build_deployment(
     """
     warm = tool.warm
     assert warm is not None
+    tls = tls or PodTls()
+    tls_env, tls_sources = _tls_parts(tls)
     env = [
         *pods.declared_env(tool),
         {"name": contract.ENV_SERVE_HOST, "value": "0.0.0.0"},
@@ -81,9 +129,14 @@ def build_deployment(
         {"name": contract.ENV_SERVE_CONCURRENCY, "value": str(warm.concurrency)},
         {"name": contract.ENV_SERVE_TOOL, "value": tool.name},
         {"name": contract.ENV_SERVE_CALL_KEY, "value": call_key},
+        *tls_env,
     ]
-    probe = {"httpGet": {"path": contract.PATH_HEALTH, "port": "calls"}, "periodSeconds": 2, "timeoutSeconds": 2}
-    container = pods.tool_container(tool, env)
+    check = {"path": contract.PATH_HEALTH, "port": "calls"}
+    if tls.serving_secret:  # left out for plain HTTP (its default): existing Deployments stay as they are
+        check["scheme"] = "HTTPS"
+    probe = {"httpGet": check, "periodSeconds": 2, "timeoutSeconds": 2}
+    mounts = ({"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True},) if tls_sources else ()
+    container = pods.tool_container(tool, env, mounts)
     container["ports"] = [{"name": "calls", "containerPort": warm.port, "protocol": "TCP"}]
     container["readinessProbe"] = probe
     container["livenessProbe"] = {**probe, "periodSeconds": 10, "failureThreshold": 3}
@@ -107,7 +160,10 @@ def build_deployment(
                 ),
                 "securityContext": pods.pod_security_context(),
                 "containers": [container],
-                "volumes": [pods.tmp_volume()],
+                "volumes": [
+                    pods.tmp_volume(),
+                    *([{"name": TLS_VOLUME, "projected": {"sources": tls_sources}}] if tls_sources else []),
+                ],
             },
         },
     }

@@ -50,6 +50,7 @@ from mcp_tasks.tasks.record import Lease, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import WorkerChannel
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.tls import PeerTls
 from mcp_tasks.worker.warm_auth import WarmCallSigner
 
 logger = logging.getLogger("mcp_tasks.operator")
@@ -80,6 +81,7 @@ class WarmTaskRunner:
         job_exists: whether a task (by id) has a Job (it is then the Job's, not this runner's), read
             authoritatively.
         kill_pod: stops the warm pod at an address (`http://ip:port`).
+        tls: how the warm pods' HTTPS is verified (the chart's `tls.warmWorkers`); `None`: plain HTTP.
     """
 
     def __init__(
@@ -93,8 +95,10 @@ class WarmTaskRunner:
         signer: WarmCallSigner,
         job_exists: Callable[[str], Awaitable[bool]],
         kill_pod: Callable[[str], Awaitable[None]],
+        tls: PeerTls | None = None,
     ) -> None:
         self.store = store
+        self.tls = tls
         self.catalog = catalog
         self.worker_url = worker_url.rstrip("/")
         self._job_exists = job_exists
@@ -145,7 +149,7 @@ class WarmTaskRunner:
     def _new_pool(self, tool: ToolSpec) -> WarmWorkers:
         assert self._session is not None, "start() first"
         name = tool.name
-        return EndpointPool(tool, self._session, lambda: self.catalog.warm_endpoints(name), self._kill_pod)
+        return EndpointPool(tool, self._session, lambda: self.catalog.warm_endpoints(name), self._kill_pod, self.tls)
 
     async def _runnable(self, capacity: int) -> list[TaskRecord]:
         """Tasks of warm tools this runner may claim, oldest first: never run (`attempt` 0, no lease), or

@@ -29,6 +29,7 @@ from mcp_tasks.operator.labels import MCPTOOL_LABEL, WARM_SELECTOR
 from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.operator.warm import (
     FIELD_MANAGER,
+    PodTls,
     build_autoscaler,
     build_deployment,
     build_service,
@@ -43,6 +44,7 @@ from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.pod_shape import ToolDefaults
 from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.worker.tls import endpoint_of
 
 logger = logging.getLogger("mcp_tasks.operator")
 
@@ -67,6 +69,7 @@ class WarmTools:
         call_key: the public key (PEM) the warm pods check their calls' credentials with.
         resync_s: how often everything is applied and listed again even without a change, in seconds.
         defaults: the release's `toolDefaults`, merged under each warm tool's pod shape.
+        tls: the warm pods' serving certificate and the worker API's CA (`warm.PodTls`); `None`: plain HTTP.
     """
 
     def __init__(
@@ -78,8 +81,10 @@ class WarmTools:
         call_key: str,
         resync_s: float = 300.0,
         defaults: ToolDefaults | None = None,
+        tls: PodTls | None = None,
     ) -> None:
         self.namespace = namespace
+        self.tls = tls
         self.defaults = defaults
         self.catalog = catalog
         self.instance = instance
@@ -94,7 +99,7 @@ class WarmTools:
 
     async def kill_pod(self, base_url: str) -> None:
         """Delete, at once, the warm pod serving at `base_url` (`http://ip:port`); its Deployment replaces it."""
-        address = base_url.removeprefix("http://").rsplit(":", 1)[0]
+        address = endpoint_of(base_url).rsplit(":", 1)[0]
         listed = await client.call(self._core.list_namespaced_pod, self.namespace, label_selector=WARM_SELECTOR)
         for pod in listed.items:
             if pod.status is not None and pod.status.pod_ip == address:
@@ -174,7 +179,7 @@ class WarmTools:
         for name, (obj, tool) in self._warm_tools().items():
             try:
                 manifests = [
-                    build_deployment(obj, tool, self.instance, self.call_key, self.defaults),
+                    build_deployment(obj, tool, self.instance, self.call_key, self.defaults, self.tls),
                     build_service(obj, tool, self.instance),
                 ]
             except ValueError as exc:

@@ -26,6 +26,7 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.tools import ToolSpec, WarmSpec
+from mcp_tasks.worker.tls import PeerTls, base_url
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -74,6 +75,8 @@ class WarmWorkers(Protocol):
 
     tool: ToolSpec
     session: aiohttp.ClientSession
+    tls: PeerTls | None
+    """How its workers' HTTPS is verified; `None`: they serve plain HTTP (embedded: loopback)."""
 
     async def start(self) -> None:
         """Start whatever keeps the workers (none for pods)."""
@@ -138,6 +141,7 @@ class WarmPool:
         self.call_key = call_key
         self.spec: WarmSpec = tool.warm
         self.session = session
+        self.tls: PeerTls | None = None  # loopback workers serve plain HTTP
         self.runs_dir = runs_dir
         self.workers: list[WarmWorker] = []
         self._changed = asyncio.Condition()
@@ -410,6 +414,7 @@ class EndpointPool:
         session: the HTTP session calls use.
         endpoints: the ready workers' `host:port`, as of now (the McpTool's `status.warm.endpoints`).
         kill: stops the pod at an address (`http://host:port`); its Deployment replaces it.
+        tls: how the pods' HTTPS is verified (the chart's `tls.warmWorkers`); `None`: plain HTTP.
     """
 
     def __init__(
@@ -418,10 +423,12 @@ class EndpointPool:
         session: aiohttp.ClientSession,
         endpoints: Callable[[], Sequence[str]],
         kill: Callable[[str], Awaitable[None]],
+        tls: PeerTls | None = None,
     ) -> None:
         assert tool.warm is not None
         self.tool = tool
         self.session = session
+        self.tls = tls
         self._endpoints = endpoints
         self._kill = kill
         self._workers: dict[str, RemoteWorker] = {}
@@ -444,7 +451,7 @@ class EndpointPool:
                 listed = set(self._endpoints())
                 for gone in [e for e, w in self._workers.items() if e not in listed and w.calls == 0]:
                     del self._workers[gone]  # a pod that went away
-                ready = [self._workers.setdefault(e, RemoteWorker(f"http://{e}")) for e in sorted(listed)]
+                ready = [self._workers.setdefault(e, RemoteWorker(base_url(e, self.tls))) for e in sorted(listed)]
                 free = [w for w in ready if w.calls < self.tool.warm.concurrency]
                 if free:
                     worker = min(free, key=lambda w: w.calls)

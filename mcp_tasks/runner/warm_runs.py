@@ -35,6 +35,7 @@ from mcp_tasks.tasks import results
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.tls import endpoint_of
 from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
 from mcp_tasks.worker.warm_auth import CallAuth
 
@@ -117,7 +118,7 @@ class WarmRun:
         """`host:port` of the worker running the call (where a restarted runner re-attaches), once started."""
         if self._worker is None:
             return None
-        return self._worker.base_url.removeprefix("http://")
+        return endpoint_of(self._worker.base_url)
 
     async def start(self) -> None:
         """Take a worker slot and send the call.
@@ -137,7 +138,7 @@ class WarmRun:
         refusals = 0
         try:
             while True:
-                target = WarmTarget(self._worker.base_url, self.worker_api_url)
+                target = WarmTarget(self._worker.base_url, self.worker_api_url, self.pool.tls)
                 try:
                     on_event = channel_events(self.channel, self.execution)
                     self.delivering = True
@@ -208,7 +209,7 @@ class WarmRun:
                 await self._call
             return
         if worker is not None:
-            await cancel_call(self.pool.session, WarmTarget(worker.base_url), self.auth)
+            await cancel_call(self.pool.session, WarmTarget(worker.base_url, tls=self.pool.tls), self.auth)
         try:
             async with asyncio.timeout(grace_s):
                 await asyncio.shield(self._call)

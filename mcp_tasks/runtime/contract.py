@@ -67,6 +67,11 @@ worker with; on Kubernetes the operator in the warm Deployment's pod template). 
 refuses to start."""
 ENV_SERVE_CALL_KEY_FILE: Final = "MCPTASKS_SERVE_CALL_KEY_FILE"
 """Instead of `MCPTASKS_SERVE_CALL_KEY`: a file holding the same PEM text, read once at start."""
+ENV_SERVE_TLS_CERT_FILE: Final = "MCPTASKS_SERVE_TLS_CERT_FILE"
+"""With `ENV_SERVE_TLS_KEY_FILE`: a warm worker serves its calls over HTTPS with this PEM certificate chain
+(on Kubernetes the chart's `tls.warmWorkers` Secret, mounted by the operator); unset: plain HTTP."""
+ENV_SERVE_TLS_KEY_FILE: Final = "MCPTASKS_SERVE_TLS_KEY_FILE"
+"""The PEM private key of `ENV_SERVE_TLS_CERT_FILE`."""
 ENV_SERVE_PARENT_PID: Final = "MCPTASKS_SERVE_PARENT_PID"
 """Embedded only: the runner's pid. The worker exits when its parent is gone, so a crashed server
 leaves no warm worker behind."""

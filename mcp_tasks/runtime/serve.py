@@ -21,7 +21,11 @@ Every request but `/healthz` carries a credential the executor that started the 
 else who can reach the port gets 401 and the connection closed, so no tool code runs, no slot is taken
 and no call is cancelled or read for them. A re-attach or cancel must also come from the call's caller.
 
-The standard library (`http.server`) plus `call_auth` for that check.
+With `MCPTASKS_SERVE_TLS_CERT_FILE` and `_KEY_FILE` (Kubernetes, the chart's `tls.warmWorkers`) the worker
+serves HTTPS only; each connection's handshake runs in its own thread, bounded, and a caller's departure
+is seen below the TLS layer (`_Call.caller_gone`).
+
+The standard library (`http.server`, `ssl`) plus `call_auth` for that check.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -58,6 +63,9 @@ EXIT_STUCK_CALL: Final = 75
 _WATCH_S: Final = 0.1
 _IDLE_WATCH_S: Final = 1.0
 _MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+_HANDSHAKE_TIMEOUT_S: Final = 10.0
+_TLS_ALERT: Final = b"\x15"
+"""The content type of a TLS alert record (RFC 8446 §5.1), as its first byte on the wire."""
 _CRASH_TAIL_CHARS: Final = 4096
 _MAX_KEPT_OUTCOMES: Final = 1024
 """Final events of detached calls kept for their runners at most (the oldest go first)."""
@@ -79,15 +87,20 @@ class _Call:
     detached: bool = False
 
     def caller_gone(self) -> bool:
-        """Whether the caller closed its connection (peeked without blocking; never consumes a byte)."""
+        """Whether the caller closed its connection (peeked without blocking; never consumes a byte).
+
+        A TLS connection is peeked below its TLS layer (`SSLSocket.recv` takes no flags): its end, or a TLS
+        alert record (`close_notify`; a caller sends nothing else while its call runs), means the caller left.
+        """
         if self.connection is None:
             return False
         try:
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            peeked = socket.socket.recv(self.connection, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
             return True
+        return peeked == b"" or (isinstance(self.connection, ssl.SSLSocket) and peeked == _TLS_ALERT)
 
     def cancel(self, now: float) -> None:
         self.cancelled.set()
@@ -108,8 +121,16 @@ class WarmServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], main: Main, concurrency: int, verifier: CallVerifier) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        main: Main,
+        concurrency: int,
+        verifier: CallVerifier,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         super().__init__(address, _Handler)
+        self.tls = tls
         self.main = main
         self.verifier = verifier
         self.concurrency = concurrency
@@ -119,6 +140,26 @@ class WarmServer(ThreadingHTTPServer):
         self.idle = threading.Condition(self.lock)
         # execution id → (final event, monotonic time after which nobody will fetch it, caller)
         self.kept: dict[str, tuple[Json, float, str]] = {}
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Accept a connection; with TLS, wrapped without its handshake, which `finish_request` does in the
+        connection's own thread (a slow or silent client never holds up the accept loop).
+        """
+        connection, address = super().get_request()
+        if self.tls is not None:
+            connection = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return connection, address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Serve one connection, after its TLS handshake (bounded by `_HANDSHAKE_TIMEOUT_S`) when there is one."""
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(_HANDSHAKE_TIMEOUT_S)
+            try:
+                request.do_handshake()
+            except (OSError, ssl.SSLError):  # a plain-HTTP or untrusting client: nothing to answer
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
 
     def admit(self, call: _Call) -> bool:
         """Register `call` unless the worker is full, draining or already runs that execution."""
@@ -431,7 +472,16 @@ def serve(main: Main) -> NoReturn:
     except ValueError as exc:
         sys.stderr.write(f"mcp-tasks warm worker: {exc}\n")
         sys.exit(2)
-    server = WarmServer((host, port), main, concurrency, verifier)
+    cert_file, key_file = (
+        os.environ.get(contract.ENV_SERVE_TLS_CERT_FILE),
+        os.environ.get(contract.ENV_SERVE_TLS_KEY_FILE),
+    )
+    tls = None
+    if cert_file and key_file:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        tls.load_cert_chain(cert_file, key_file)
+    server = WarmServer((host, port), main, concurrency, verifier, tls)
 
     def drain(_signum: int, _frame: object) -> None:
         with server.lock:
@@ -440,7 +490,9 @@ def serve(main: Main) -> NoReturn:
 
     signal.signal(signal.SIGTERM, drain)
     threading.Thread(target=server.watch, args=(int(parent) if parent else None,), daemon=True).start()
-    sys.stderr.write(f"mcp-tasks warm worker: serving on {host}:{server.server_address[1]} ({concurrency} at once)\n")
+    scheme = "https" if tls is not None else "http"
+    where = f"{scheme}://{host}:{server.server_address[1]}"
+    sys.stderr.write(f"mcp-tasks warm worker: serving on {where} ({concurrency} at once)\n")
     sys.stderr.flush()
     server.serve_forever(poll_interval=0.2)
     sys.exit(0)

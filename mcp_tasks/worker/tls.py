@@ -13,8 +13,9 @@ import asyncio
 import hashlib
 import logging
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 logger = logging.getLogger("mcp_tasks.worker")
 
@@ -90,3 +91,28 @@ def client_context(ca_file: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca_file))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTls:
+    """How to call warm workers that serve HTTPS (Kubernetes, the chart's `tls.warmWorkers`): trust only the
+    CA of `context` (`client_context`) and require `server_name` in the worker's certificate, whatever pod
+    address the call goes to (warm pods are reached by IP; their certificate names the release's warm workers).
+    """
+
+    context: ssl.SSLContext
+    server_name: str
+
+    def request_options(self) -> dict[str, Any]:
+        """The aiohttp request arguments that verify a worker (`ssl`, `server_hostname`)."""
+        return {"ssl": self.context, "server_hostname": self.server_name}
+
+
+def base_url(endpoint: str, peer: PeerTls | None) -> str:
+    """`https://<host:port>` when warm workers serve TLS (`peer`), else `http://<host:port>`."""
+    return f"{'http' if peer is None else 'https'}://{endpoint}"
+
+
+def endpoint_of(url: str) -> str:
+    """`host:port` of a worker's base URL (`base_url`'s inverse)."""
+    return url.removeprefix("https://").removeprefix("http://")

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, TypeGuard
+from typing import Any, Final, TypeGuard
 
 import aiohttp
 
@@ -23,6 +23,7 @@ from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.tls import PeerTls
 from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, caller_of
 
 logger = logging.getLogger("mcp_tasks.worker")
@@ -45,12 +46,18 @@ class WorkerLost(Exception):
 
 @dataclass(frozen=True, slots=True)
 class WarmTarget:
-    """Where a call goes: the worker's base URL (`http://host:port`), and the worker API a call that
-    asks for input reaches it through (`worker_url`, e.g. `http://127.0.0.1:N/v1/executions`), if any.
+    """Where a call goes: the worker's base URL (`http://host:port`, `https://` with `tls`), and the worker
+    API a call that asks for input reaches it through (`worker_url`, e.g. `http://127.0.0.1:N/v1/executions`),
+    if any.
     """
 
     base_url: str
     worker_url: str | None = None
+    tls: PeerTls | None = None
+
+    def request_options(self) -> dict[str, Any]:
+        """Extra aiohttp request arguments: the TLS verification of an `https` worker, else none."""
+        return {} if self.tls is None else self.tls.request_options()
 
 
 def call_body(tool: ToolSpec, execution: Execution, worker_url: str | None) -> JsonObject:
@@ -102,7 +109,8 @@ async def send_call(
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **auth.headers("call", data)}
     try:
-        async with session.post(target.base_url + contract.PATH_CALLS, data=data, headers=headers) as response:
+        url = target.base_url + contract.PATH_CALLS
+        async with session.post(url, data=data, headers=headers, **target.request_options()) as response:
             if response.status == 401:  # a configuration error, not a busy worker: say so loudly
                 logger.warning(
                     "warm worker %s of %s refused the call's credential: this process and the worker's executor "
@@ -147,7 +155,7 @@ async def cancel_call(session: aiohttp.ClientSession, target: WarmTarget, auth: 
     """
     url = f"{target.base_url}{contract.PATH_CALLS}/{auth.execution_id}"
     try:
-        async with session.delete(url, headers=auth.headers("cancel")) as response:
+        async with session.delete(url, headers=auth.headers("cancel"), **target.request_options()) as response:
             await response.read()
             if response.status == 401:
                 logger.warning(

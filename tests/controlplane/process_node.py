@@ -26,7 +26,8 @@ kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pod
   in `$KUBECONFIG` (no file can be mounted at the in-cluster path). A `projected` volume's
   `serviceAccountToken` sources become files holding a TokenRequest token with their audience, bound
   to the pod (name and uid claims), as a kubelet writes them; its `secret` sources, the listed keys.
-- **Probes**: an `httpGet` readiness probe is run against the pod's address; the pod is Ready only
+- **Probes**: an `httpGet` readiness probe is run against the pod's address (`scheme: HTTPS` without a
+  certificate check, as a kubelet does); the pod is Ready only
   while it passes (so a rollout waits for it, and endpoints follow it). Liveness probes are not run.
 - **Restarts**: with `restartPolicy: Always` (Deployments) an exited container is started again after a
   back-off (1 s doubling to 30 s) and `restartCount` grows; with `Never` (our Jobs) the pod ends.
@@ -484,7 +485,8 @@ class ProcessNode:
         port = get["port"]
         if isinstance(port, str):
             port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == port)
-        url = f"http://{running.ip}:{port}{get.get('path', '/')}"
+        scheme = str(get.get("scheme", "HTTP")).lower()  # HTTPS: no certificate check, as a kubelet does
+        url = f"{scheme}://{running.ip}:{port}{get.get('path', '/')}"
         period = float(probe.get("periodSeconds", 10))
         failures_allowed = int(probe.get("failureThreshold", 3))
         await kubelet_wait(float(probe.get("initialDelaySeconds", 0)))
@@ -494,7 +496,7 @@ class ProcessNode:
         while True:
             try:
                 timeout = aiohttp.ClientTimeout(total=float(probe.get("timeoutSeconds", 1)))
-                async with self.http.get(url, timeout=timeout) as response:
+                async with self.http.get(url, timeout=timeout, ssl=scheme != "https") as response:
                     passed = 200 <= response.status < 400
             except (aiohttp.ClientError, TimeoutError, OSError):
                 passed = False

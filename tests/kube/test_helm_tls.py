@@ -1,6 +1,6 @@
-"""The chart's TLS values for the operator's worker API (issue 21 item 6), as the real `helm template` renders them.
+"""The chart's TLS values for the worker API and warm workers (issue 21 item 6), as `helm template` renders them.
 
-cert-manager's CRDs are not in the test cluster: its Certificate is checked by parsing what helm renders. The
+cert-manager's CRDs are not in the test cluster: its Certificates are checked by parsing what helm renders. The
 operator serving HTTPS with such a Secret and a tool Pod verifying it is `tests/kube/test_worker_tls.py`.
 """
 
@@ -32,6 +32,8 @@ def test_without_tls_values_the_worker_api_stays_plain_http(control_plane: Contr
     pod, container, env = operator_parts(documents)
     assert env["MCPTASKS_WORKER_URL"] == "http://r-mcp-tasks-operator.demo.svc:8081"
     assert not [name for name in env if "TLS" in name or name == "MCPTASKS_WORKER_CA_SECRET"]
+    gateway = deployment(documents, "-gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert not [item for item in gateway["env"] if "TLS" in item["name"]]
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
     assert "worker-api-tls" not in [volume["name"] for volume in pod["volumes"]]
     assert not [d for d in documents if d["kind"] == "Certificate"]
@@ -61,7 +63,12 @@ def test_an_existing_tls_secret_makes_the_operator_serve_https_and_tool_pods_ver
 
 def test_a_cert_manager_issuer_renders_a_certificate_for_the_operators_service(control_plane: ControlPlane) -> None:
     documents = rendered(control_plane, *BASE, *ISSUER, "--set", "tls.certManager.duration=720h")
-    (certificate,) = [d for d in documents if d["kind"] == "Certificate"]
+    certificates = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Certificate"}
+    assert set(certificates) == {"r-mcp-tasks-worker-api", "r-mcp-tasks-warm-workers"}
+    warm = certificates["r-mcp-tasks-warm-workers"]["spec"]
+    assert (warm["secretName"], warm["dnsNames"]) == ("r-mcp-tasks-warm-workers-tls", ["mcp-tasks-warm-worker"])
+    assert warm["issuerRef"] == {"name": "internal-ca", "kind": "ClusterIssuer"}
+    certificate = certificates["r-mcp-tasks-worker-api"]
     assert certificate["apiVersion"] == "cert-manager.io/v1"
     spec = certificate["spec"]
     assert spec["secretName"] == "r-mcp-tasks-worker-api-tls"
@@ -73,8 +80,27 @@ def test_a_cert_manager_issuer_renders_a_certificate_for_the_operators_service(c
     assert env["MCPTASKS_WORKER_CA_SECRET"] == "r-mcp-tasks-worker-api-tls"
     assert env["MCPTASKS_WORKER_URL"].startswith("https://")
     named = rendered(control_plane, *BASE, *ISSUER, "--set", "tls.workerApi.secretName=worker-cert")
-    (certificate,) = [d for d in named if d["kind"] == "Certificate"]
-    assert certificate["spec"]["secretName"] == "worker-cert", "cert-manager writes the Secret the operator mounts"
+    certificates = {d["metadata"]["name"]: d for d in named if d["kind"] == "Certificate"}
+    secret = certificates["r-mcp-tasks-worker-api"]["spec"]["secretName"]
+    assert secret == "worker-cert", "cert-manager writes the Secret the operator mounts"
+
+
+def test_a_warm_worker_certificate_reaches_the_operator_and_the_gateways_ca_only(control_plane: ControlPlane) -> None:
+    """Warm pods get the certificate and key from the operator (`MCPTASKS_WARM_TLS_SECRET`, checked on the real
+    control plane in `test_worker_tls.py`); the gateways and operators mount only its `ca.crt` to verify them."""
+    documents = rendered(control_plane, *BASE, "--set", "tls.warmWorkers.secretName=warm-cert")
+    _, _, env = operator_parts(documents)
+    assert env["MCPTASKS_WARM_TLS_SECRET"] == "warm-cert"
+    assert env["MCPTASKS_WORKER_URL"].startswith("http://"), "the worker API keeps its own setting"
+    for component in ("-gateway", "-operator"):
+        pod = deployment(documents, component)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        variables = {item["name"]: item.get("value") for item in container["env"]}
+        assert variables["MCPTASKS_WARM_TLS_CA_FILE"] == "/etc/mcptasks/warm-tls/ca.crt"
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "warm-tls-ca"]
+        assert volume["secret"]["secretName"] == "warm-cert"
+        assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}], "the CA only, never the key"
+    assert "MCPTASKS_WARM_TLS_SECRET" not in str(deployment(documents, "-gateway"))
 
 
 def test_the_schema_refuses_a_malformed_tls_value(control_plane: ControlPlane) -> None:

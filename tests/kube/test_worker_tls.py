@@ -1,4 +1,4 @@
-"""The operator's worker API over TLS (issue 21 item 6), on the real control plane.
+"""The operator's worker API and warm workers over TLS (issue 21 item 6), on the real control plane.
 
 Projected ServiceAccount tokens travel on the worker API's connections, so when the operator is given a
 certificate (the chart's `tls.workerApi.secretName` or a cert-manager Certificate) it serves HTTPS, and tool
@@ -12,14 +12,32 @@ import base64
 import json
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.conftest import PLAIN_CAPS
 from tests.controlplane.cluster import ControlPlane
-from tests.kube.conftest import Gateways, Operators, sep_hello_world
+from tests.kube.conftest import Gateways, Operators, client, sep_hello_world, until
 from tests.kube.test_operator import jobs_of
-from tests.tls import issue
+from tests.kube.test_warm_tools import apply_warm, endpoints, kube_json, warm_namespace
+from tests.tls import ServerPem, issue
+
+__all__ = ["warm_namespace"]  # the fixture, used by the warm test below
+
+
+def apply_tls_secret(plane: ControlPlane, namespace: str, name: str, pem: ServerPem) -> None:
+    """A `kubernetes.io/tls` Secret with `tls.crt`, `tls.key` and `ca.crt`, as cert-manager writes one."""
+    files = {"tls.crt": pem.cert, "tls.key": pem.key, "ca.crt": pem.ca}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name},
+        "data": {key: base64.b64encode(data).decode() for key, data in files.items()},
+    }
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(secret))
 
 
 async def test_a_job_talks_to_the_worker_api_over_tls_and_an_untrusting_client_is_refused(
@@ -35,17 +53,7 @@ async def test_a_job_talks_to_the_worker_api_over_tls_and_an_untrusting_client_i
     client that does not trust the CA, or speaks plain HTTP, gets no answer."""
     pem = issue(["127.0.0.1", "localhost"])
     cert, key, ca = pem.write(tmp_path / "tls")
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {"name": "worker-tls"},
-        "data": {
-            name: base64.b64encode(data).decode()
-            for name, data in (("tls.crt", pem.cert), ("tls.key", pem.key), ("ca.crt", pem.ca))
-        },
-    }
-    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(secret))
+    apply_tls_secret(control_plane, namespace, "worker-tls", pem)
     monkeypatch.setenv("MCPTASKS_WORKER_TLS_CERT_FILE", str(cert))
     monkeypatch.setenv("MCPTASKS_WORKER_TLS_KEY_FILE", str(key))
     monkeypatch.setenv("MCPTASKS_WORKER_CA_SECRET", "worker-tls")
@@ -79,3 +87,69 @@ async def test_a_job_talks_to_the_worker_api_over_tls_and_an_untrusting_client_i
         with pytest.raises(aiohttp.ClientError):
             async with session.get(f"http://127.0.0.1:{operators.port}/healthz"):  # plain HTTP: no answer
                 pass
+
+
+async def test_warm_workers_serve_over_tls_to_the_gateway_and_the_operator_and_refuse_an_untrusting_client(
+    monkeypatch: pytest.MonkeyPatch,
+    gateways: Gateways,
+    operators: Operators,
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    http_session: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """Our own choice (docs/security.md, "TLS inside the cluster"): with a warm-worker certificate of its own
+    (never the worker API's: a tool image holds this key), the warm pods serve `/v1/calls` over HTTPS; the
+    gateway's synchronous call and the operator's warm task verify them against the CA and the fixed server
+    name (pods are called by IP); a client that does not trust the CA, or speaks plain HTTP, gets nothing."""
+    namespace = warm_namespace
+    pem = issue(["mcp-tasks-warm-worker"], "warm CA")
+    ca = pem.write(tmp_path / "warm-tls")[2]
+    apply_tls_secret(control_plane, namespace, "warm-tls", pem)
+    monkeypatch.setenv("MCPTASKS_WARM_TLS_SECRET", "warm-tls")
+    monkeypatch.setenv("MCPTASKS_WARM_TLS_CA_FILE", str(ca))
+    apply_warm(control_plane, namespace, "warm-echo")
+    operators.start()
+    gateway = await gateways.start(warm_tls_ca_file=ca)
+    catalog: Any = gateway.services.catalog
+    await until(lambda: bool(catalog.warm_endpoints("warm_echo")))
+
+    deployment = kube_json(control_plane, namespace, "deployment", "mcptool-warm-echo")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["MCPTASKS_SERVE_TLS_CERT_FILE"] == "/var/run/secrets/mcp-tasks/tls.crt"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "mcptasks-tls"]
+    assert volume["projected"]["sources"] == [
+        {
+            "secret": {
+                "name": "warm-tls",
+                "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+            }
+        }
+    ]
+
+    mcp = client(http_session, gateway)
+    reply = (await mcp.call_tool("warm_echo", {"text": "sealed"}, caps=PLAIN_CAPS)).result
+    assert reply["content"][0]["text"].startswith("sealed pid="), reply
+    assert kube_json(control_plane, namespace, "mcptasks")["items"] == [], "served on the pod, not as a hidden task"
+    task_id = await mcp.start_task("warm_echo", {"text": "tasked"})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=30)
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"].startswith("tasked pid="), done
+
+    (endpoint,) = endpoints(control_plane, namespace, "warm-echo")
+    trusted = ssl.create_default_context(cafile=str(ca))
+    async with http_session.get(
+        f"https://{endpoint}/healthz", ssl=trusted, server_hostname="mcp-tasks-warm-worker"
+    ) as answer:
+        assert answer.status == 200
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        async with http_session.get(f"https://{endpoint}/healthz", server_hostname="mcp-tasks-warm-worker"):
+            pass
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):  # trusted CA, but not the name it certifies
+        async with http_session.get(f"https://{endpoint}/healthz", ssl=trusted, server_hostname="gateway"):
+            pass
+    with pytest.raises(aiohttp.ClientError):
+        async with http_session.get(f"http://{endpoint}/healthz"):
+            pass

@@ -49,6 +49,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s://%s-operator.%s.svc:%d" $scheme (include "mcp-tasks.fullname" .) .Release.Namespace (int .Values.operator.workerPort) -}}
 {{- end -}}
 
+{{/* The kubernetes.io/tls Secret of the warm workers' certificate: tls.warmWorkers.secretName, else the one the
+cert-manager Certificate writes; empty: plain HTTP. */}}
+{{- define "mcp-tasks.warmTlsSecret" -}}
+{{- if .Values.tls.warmWorkers.secretName -}}
+{{- .Values.tls.warmWorkers.secretName -}}
+{{- else if .Values.tls.certManager.issuerRef.name -}}
+{{- printf "%s-warm-workers-tls" (include "mcp-tasks.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* For the gateway and operator pods, which call warm workers: the CA they verify them with (ca.crt of that
+Secret only), as the variable, the mount and the volume. */}}
+{{- define "mcp-tasks.warmTlsEnv" -}}
+{{- if include "mcp-tasks.warmTlsSecret" . }}
+- {name: MCPTASKS_WARM_TLS_CA_FILE, value: /etc/mcptasks/warm-tls/ca.crt}
+{{- end }}
+{{- end -}}
+
+{{- define "mcp-tasks.warmTlsMount" -}}
+{{- if include "mcp-tasks.warmTlsSecret" . }}
+- {name: warm-tls-ca, mountPath: /etc/mcptasks/warm-tls, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "mcp-tasks.warmTlsVolume" -}}
+{{- with include "mcp-tasks.warmTlsSecret" . }}
+- name: warm-tls-ca
+  secret: {secretName: {{ . }}, defaultMode: 0444, items: [{key: ca.crt, path: ca.crt}]}
+{{- end }}
+{{- end -}}
+
 {{/* The kubernetes.io/tls Secret of the worker API's certificate: tls.workerApi.secretName, else the one the
 cert-manager Certificate (templates/tls.yaml) writes; empty: plain HTTP. */}}
 {{- define "mcp-tasks.workerTlsSecret" -}}
