@@ -128,12 +128,18 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     gateway_settings = replace(
         settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
     )
+    artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     store = KubernetesTaskStore(
-        cluster.api_client, cluster.namespace, utc_now, kube.watch_timeout_s, full_objects=kube.cache_full_objects
+        cluster.api_client,
+        cluster.namespace,
+        utc_now,
+        kube.watch_timeout_s,
+        full_objects=kube.cache_full_objects,
+        artifacts=artifacts,
+        inline_arguments_max_bytes=kube.inline_arguments_max_bytes,
     )
     observability.record_writes(store)
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
-    artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     signer = load_warm_call_signer(settings)
     runner = (
         LocalRunner(store, catalog, artifacts, utc_now, settings.runner, warm_call_signer=signer)

@@ -94,6 +94,10 @@ class KubernetesSettings:
             `None` (the default): warm pods are called over plain HTTP.
         warm_tls_server_name: the DNS name a warm pod's certificate must carry (pods are called by IP, so
             the name is checked instead of the address); default `mcp-tasks-warm-worker`.
+        inline_arguments_max_bytes: largest tool argument object the gateway keeps inside an McpTask, in
+            bytes of compact JSON (default 64 KiB); larger arguments are written as an artifact of the task
+            and read back by the executor, so the largest argument accepted is the request body limit
+            (`MCPTASKS_MAX_BODY_BYTES`), as in the embedded server.
     """
 
     kubeconfig: Path | None = None
@@ -104,6 +108,7 @@ class KubernetesSettings:
     cache_full_objects: int = 2048
     warm_tls_ca_file: Path | None = None
     warm_tls_server_name: str = "mcp-tasks-warm-worker"
+    inline_arguments_max_bytes: int = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)

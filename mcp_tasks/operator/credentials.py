@@ -162,6 +162,7 @@ class TaskExecutions:
         return Execution(
             tool=self.catalog.get_tool(record.tool),
             arguments=record.arguments,
+            arguments_ref=record.arguments_ref,
             task_id=record.task_id,
             attempt=max(record.attempt, 1),  # counted by the operator when it creates a Job
             pre_input_responses=dict(record.pre_input_responses),

@@ -93,6 +93,7 @@ class RunContext:
         return Execution(
             tool=self.catalog.get_tool(record.tool),
             arguments=record.arguments,
+            arguments_ref=record.arguments_ref,
             task_id=record.task_id,
             attempt=record.attempt,
             pre_input_responses=record.pre_input_responses,

@@ -32,6 +32,7 @@ from mcp_tasks.runner.warm_pool import (
 )
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks import results
+from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
@@ -132,6 +133,18 @@ class WarmRun:
     async def _follow(self) -> int | None:
         assert self._worker is not None
         body = call_body(self.tool, self.execution, self.worker_api_url)
+        if self.execution.arguments_ref is not None:  # the task's arguments are its artifact: read them back
+            try:
+                body["arguments"] = await self.channel.arguments(self.execution)
+            except ChannelError as exc:  # lost for good: the run ends as a tool that could not start would
+                await self.pool.release(self._worker)
+                self._worker, self._tail = None, str(exc)
+                return 1
+            except (OSError, StoreUnavailable) as exc:  # not now: the call never reached a worker, run it again
+                await self.pool.release(self._worker)
+                self._worker, self._tail = None, f"the task's arguments cannot be read now: {exc}"
+                self.worker_lost, self.delivered = True, False
+                return None
         if self.detach_s > 0:
             body["detachSeconds"] = self.detach_s
         backoff_s = REFUSED_BACKOFF_FIRST_S

@@ -64,6 +64,19 @@ class Lease:
     process: LeaseProcess | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ArgumentsRef:
+    """Where a task's arguments are when they are too large to keep in its record (`tasks.arguments`).
+
+    `name` is the task's artifact holding them (compact JSON), `size_bytes` its length in bytes and
+    `sha256` its hex SHA-256 digest, checked when they are read back.
+    """
+
+    name: str
+    size_bytes: int
+    sha256: str
+
+
 _REASON: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 """What the Kubernetes API conventions allow as a `reason` (CamelCase, machine-readable)."""
 
@@ -72,9 +85,11 @@ _REASON: Final = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 class TaskRecord:
     """One task, as stored.
 
-    Shapes: `arguments` is the tool's argument object. `input_requests` maps each *pending* key to a
-    bare `{method, params}` input request; `issued_input_keys` lists every key ever issued, in order,
-    so none is reused; `input_responses` holds answered responses not yet consumed by the worker.
+    Shapes: `arguments` is the tool's argument object, empty when `arguments_ref` names the artifact
+    that holds it (a store that bounds its objects; read it with `tasks.arguments.load`).
+    `input_requests` maps each *pending* key to a bare `{method, params}` input request;
+    `issued_input_keys` lists every key ever issued, in order, so none is reused;
+    `input_responses` holds answered responses not yet consumed by the worker.
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
     `client_capabilities` holds the input capabilities (`elicitation`, `sampling`, `roots`) the request
     that created the task declared; only input of those kinds may be asked (`None`: not recorded).
@@ -114,6 +129,7 @@ class TaskRecord:
     watched_until: datetime | None = None
     input_wait_ms: int = 0
     input_required_since: datetime | None = None
+    arguments_ref: ArgumentsRef | None = None
     version: str = ""
 
     @property

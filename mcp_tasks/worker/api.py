@@ -58,9 +58,13 @@ async def _json_body(request: web.Request) -> dict[str, object]:
 async def get_input(request: web.Request) -> web.Response:
     """GET /input → arguments and pre-task input responses; the tool runs (`on_started` hears of it)."""
     execution = await _execution(request)
+    try:
+        arguments = await request.app[CHANNEL_KEY].arguments(execution)
+    except ChannelError as error:
+        return web.Response(status=error.status, text=str(error))
     request.app[ON_STARTED_KEY](execution)
     body: dict[str, object] = {
-        "arguments": execution.arguments,
+        "arguments": arguments,
         "inputResponses": execution.pre_input_responses,
         "taskId": execution.task_id,
         "attempt": execution.attempt,

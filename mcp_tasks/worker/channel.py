@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.tasks import results, transitions
+from mcp_tasks.tasks import arguments, results, transitions
 from mcp_tasks.tasks.errors import (
     IllegalTransition,
     InputCapabilityMissing,
@@ -111,6 +111,19 @@ class WorkerChannel:
         self.clock = clock
         self.inline_result_max_bytes = inline_result_max_bytes
         self.promote = promote
+
+    async def arguments(self, execution: Execution) -> JsonObject:
+        """The run's arguments: inline, or read back from its task's artifact (`tasks.arguments.load`).
+
+        Raises:
+            ChannelError: 410 when the artifact is missing or does not match its reference (the run
+                cannot have its arguments).
+            OSError, StoreUnavailable: the artifact store cannot be read now (the worker API answers 503).
+        """
+        try:
+            return await arguments.load(execution.task_id, execution.arguments, execution.arguments_ref, self.artifacts)
+        except arguments.ArgumentsUnavailable as exc:
+            raise ChannelError(410, str(exc)) from exc
 
     async def _change(self, execution: Execution, change: Transition) -> TaskRecord:
         """Apply `change` to the run's task: read, change, compare-and-swap; a conflict is retried at once.

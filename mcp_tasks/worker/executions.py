@@ -18,6 +18,7 @@ from typing import Protocol
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.interfaces import ProgressSink
 from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.record import ArgumentsRef
 from mcp_tasks.tasks.tools import ToolSpec
 
 
@@ -59,6 +60,8 @@ class Execution:
     tool: ToolSpec | None
     arguments: JsonObject
     task_id: str | None
+    arguments_ref: ArgumentsRef | None = None
+    """Set when the task's arguments are its artifact (`arguments` is then empty): `WorkerChannel.arguments`."""
     attempt: int = 1
     pre_input_responses: JsonObject = field(default_factory=dict)
     execution_id: str = field(default_factory=lambda: secrets.token_hex(8))

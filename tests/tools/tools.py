@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import sys
@@ -99,6 +101,12 @@ def ask_then_work(ctx: ToolContext) -> str:
     return f"worked on {word}"
 
 
+def arguments_digest(ctx: ToolContext) -> str:
+    """The length and SHA-256 of its arguments as compact JSON: what the tool received, checkable by the caller."""
+    data = json.dumps(ctx.arguments, separators=(",", ":"), ensure_ascii=False).encode()
+    return f"{len(data)} bytes sha256={hashlib.sha256(data).hexdigest()}"
+
+
 def region_echo(ctx: ToolContext) -> str:
     return f"region={ctx.arguments.get('target', {}).get('region')}"
 
@@ -184,6 +192,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "bad_structured": bad_structured,
     "good_structured": good_structured,
     "region_echo": region_echo,
+    "arguments_digest": arguments_digest,
     "ask_then_work": ask_then_work,
     "sleeper": sleeper,
     "sleeper_idempotent": sleeper,

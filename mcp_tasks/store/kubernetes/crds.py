@@ -174,6 +174,7 @@ def mcptask_crd() -> JsonObject:
         "owner",
         "tool",
         "arguments",
+        "argumentsRef",
         "createdAt",
         "pollIntervalMs",
         "preInputResponses",
@@ -183,6 +184,7 @@ def mcptask_crd() -> JsonObject:
         _at(spec, name)["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": f"{name} is immutable"}]
     spec["x-kubernetes-validations"] = [
         {"rule": "!oldSelf.cancelRequested || self.cancelRequested", "message": "a cancel request cannot be withdrawn"},
+        {"rule": "has(self.argumentsRef) == has(oldSelf.argumentsRef)", "message": "argumentsRef is immutable"},
     ]
     _at(spec, "inputResponses")["maxProperties"] = 256
     _at(spec, "inputResponses")["x-kubernetes-validations"] = [

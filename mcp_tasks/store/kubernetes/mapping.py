@@ -27,6 +27,7 @@ from mcp_tasks.store.kubernetes.resources import (
     TASK_KIND,
     TENANT_LABEL,
     TOOL_LABEL,
+    ArgumentsArtifact,
     LeaseCall,
     McpTaskSpec,
     McpTaskStatus,
@@ -38,7 +39,7 @@ from mcp_tasks.tasks.errors import WrongWriter
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Writer
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, iso_ms, to_epoch_ms
+from mcp_tasks.tasks.record import ArgumentsRef, Lease, LeaseProcess, TaskRecord, iso_ms, to_epoch_ms
 
 
 class ImmutableFieldChanged(ValueError):
@@ -63,6 +64,13 @@ def spec_for_new(record: TaskRecord) -> McpTaskSpec:
         owner=TaskOwner(tenant=record.owner.tenant, subject=record.owner.subject),
         tool=record.tool,
         arguments=record.arguments,
+        arguments_ref=None
+        if record.arguments_ref is None
+        else ArgumentsArtifact(
+            name=record.arguments_ref.name,
+            size_bytes=record.arguments_ref.size_bytes,
+            sha256=record.arguments_ref.sha256,
+        ),
         created_at=iso_ms(record.created_at),
         ttl_ms=record.ttl_ms,
         poll_interval_ms=record.poll_interval_ms,
@@ -169,6 +177,9 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         owner=Owner(tenant=spec.owner.tenant, subject=spec.owner.subject),
         tool=spec.tool,
         arguments=spec.arguments,
+        arguments_ref=None
+        if spec.arguments_ref is None
+        else ArgumentsRef(spec.arguments_ref.name, spec.arguments_ref.size_bytes, spec.arguments_ref.sha256),
         status=task_status,
         created_at=created_at,
         last_updated_at=max(moments),
@@ -239,7 +250,15 @@ def _comparable(record: TaskRecord) -> TaskRecord:
     )
 
 
-_FIXED_AT_CREATION: Final = ("owner", "tool", "arguments", "poll_interval_ms", "pre_input_responses", "traceparent")
+_FIXED_AT_CREATION: Final = (
+    "owner",
+    "tool",
+    "arguments",
+    "arguments_ref",
+    "poll_interval_ms",
+    "pre_input_responses",
+    "traceparent",
+)
 """Record fields no write may change once the McpTask exists (and `created_at`, at storage precision)."""
 
 

@@ -53,6 +53,16 @@ class TaskOwner(_Resource):
     subject: str = Field(min_length=1)
 
 
+class ArgumentsArtifact(_Resource):
+    """`spec.argumentsRef`: the task's arguments are too large to keep here and are its artifact `name`
+    (compact JSON of `sizeBytes` bytes with hex SHA-256 `sha256`); `spec.arguments` is then empty.
+    """
+
+    name: str = Field(min_length=1, max_length=128)
+    size_bytes: int = Field(alias="sizeBytes", ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 """A W3C `traceparent` (trace-context §3.2)."""
 
@@ -68,6 +78,8 @@ class McpTaskSpec(_Resource):
     owner: TaskOwner
     tool: str = Field(min_length=1)
     arguments: JsonObject = Field(default_factory=dict)
+    arguments_ref: ArgumentsArtifact | None = Field(None, alias="argumentsRef")
+    """Set when the arguments are an artifact of the task (above the gateway's inline cap); `arguments` is empty."""
     created_at: str = Field(alias="createdAt")
     ttl_ms: int = Field(alias="ttlMs", gt=0)
     """Retention requested at creation, in ms from `createdAt` (the executor may raise it in `status.ttlMs`)."""

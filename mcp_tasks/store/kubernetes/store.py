@@ -54,8 +54,9 @@ from mcp_tasks.store.kubernetes import client, limits, mapping
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
 from mcp_tasks.store.observers import WriteObservers
-from mcp_tasks.tasks.errors import TaskNotFound, VersionConflict
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
+from mcp_tasks.tasks import arguments
+from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 
@@ -140,6 +141,9 @@ class KubernetesTaskStore:
         full_objects: how many finished tasks are also cached whole (the most recently finished or
             read); the others cost one GET per full read. 0: only the latest (the operator reads no results).
         list_page_size: McpTasks per page of the watch's LIST.
+        artifacts: where arguments above `inline_arguments_max_bytes` go (`tasks.arguments`); without
+            it (the operator, which creates no tasks) arguments stay inline, bounded by `max_object_bytes`.
+        inline_arguments_max_bytes: largest argument object kept in the McpTask, in bytes of compact JSON.
     """
 
     def __init__(
@@ -152,12 +156,16 @@ class KubernetesTaskStore:
         request_timeout_s: float = 20.0,
         full_objects: int = DEFAULT_FULL_OBJECTS,
         list_page_size: int = PAGE_SIZE,
+        artifacts: ArtifactStore | None = None,
+        inline_arguments_max_bytes: int = arguments.DEFAULT_INLINE_ARGUMENTS_MAX_BYTES,
     ) -> None:
         self.namespace = namespace
         self.clock = clock
         self._api = client.Apis(api_client).objects
         self._api_client = api_client
         self._max_object_bytes = max_object_bytes
+        self._artifacts = artifacts
+        self._inline_arguments_max_bytes = inline_arguments_max_bytes
         self._request_timeout_s = request_timeout_s
         self._cache: dict[str, _Entry] = {}
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()  # finished, kept whole
@@ -320,13 +328,30 @@ class KubernetesTaskStore:
     async def create(self, record: TaskRecord) -> TaskRecord:
         """POST the McpTask; return once the API server answered 201 (with its `resourceVersion`).
 
+        Arguments above `inline_arguments_max_bytes` are first written as the task's artifact and the
+        McpTask carries `spec.argumentsRef` instead (`tasks.arguments.split`); the record returned then
+        has empty `arguments` and its `arguments_ref`.
+
         Raises:
             VersionConflict: an McpTask of this name already exists.
-            ResultTooLarge: the serialized task exceeds `max_object_bytes`.
-            UnstorableValue: an argument or answer holds an integer beyond 64 bits.
+            UnstorableValue: the McpTask would exceed `max_object_bytes` (answers too large), or an
+                inline argument or answer holds an integer beyond 64 bits.
+            StoreUnavailable: the API server or the artifact store cannot take the task now.
         """
+        data: bytes | None = None
+        if self._artifacts is not None:
+            record, data = arguments.split(record, self._inline_arguments_max_bytes)
         body = mapping.new_object(record, self.namespace)
         limits.check_object(body, record.task_id, "spec", self._max_object_bytes)
+        if data is not None and record.arguments_ref is not None and self._artifacts is not None:
+            try:
+                await self._artifacts.put(
+                    record.task_id, record.arguments_ref.name, data, arguments.ARGUMENTS_ARTIFACT_MIME
+                )
+            except ValueError as exc:  # above the artifact store's own limit
+                raise UnstorableValue(f"the task's arguments are too large to keep: {exc}") from exc
+            except OSError as exc:
+                raise StoreUnavailable(f"the artifact store cannot keep the task's arguments: {exc}") from exc
         try:
             created = await self._request(
                 self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TASK_PLURAL, body
