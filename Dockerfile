@@ -14,6 +14,8 @@ COPY pyproject.toml README.md ./
 COPY mcp_tasks ./mcp_tasks
 # Without WHEELS this copies pyproject.toml again, harmlessly: COPY needs a source.
 COPY ${WHEELS:-pyproject.toml} /tmp/wheels/
+# uid 65532 gets a passwd entry (`nonroot`, as in distroless images): code that looks up the user's name
+# (kopf's peering identity calls getpass.getuser()) fails for a uid without one.
 # A venv: Debian's own python3 refuses system-wide installs (PEP 668); `python` is the venv's.
 ENV PATH=/opt/venv/bin:$PATH
 RUN python3 -m venv /opt/venv \
@@ -22,7 +24,8 @@ RUN python3 -m venv /opt/venv \
     else \
         pip install --no-cache-dir '.[s3]'; \
     fi \
-    && rm -rf /tmp/wheels /root/.cache
+    && rm -rf /tmp/wheels /root/.cache \
+    && (getent passwd 65532 || echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >> /etc/passwd)
 COPY examples ./examples
 USER 65532:65532
 ENV PYTHONUNBUFFERED=1

@@ -65,6 +65,8 @@ JOB_LOST: Final = (
     "The Job running this task was deleted before the tool finished, and the tool is not declared idempotent, "
     "so the outcome is unknown; check the tool's side effects before calling it again"
 )
+OOM_KILLED: Final = "OOMKilled: the container went past its memory limit (container.resources.limits.memory)"
+"""First line of the output a tool killed at its memory limit shows (docs/tool-runtime.md §6)."""
 CLIENT_CANCEL: Final = deadlines.CLIENT_CANCEL
 ADMIN_CANCEL: Final = deadlines.ADMIN_CANCEL
 
@@ -291,6 +293,8 @@ def _ended(record: TaskRecord, tool: ToolSpec | None, outcome: observe.JobOutcom
     if outcome.kind == "succeeded" or outcome.reason == "BackoffLimitExceeded":
         # The tool ran and ended without posting a result: the one outcome rule of every executor.
         output = tail(last.message) if last and last.message else ""
+        if last and last.reason == "OOMKilled":  # the kubelet's word for it, so `kubectl describe` shows it
+            output = f"{OOM_KILLED}\n{output}".strip()
         return Complete(results.exited_without_result(record.tool, last.exit_code if last else None, output))
     if outcome.reason == "DeadlineExceeded":
         limit = f" of {tool.execution.max_run_time_seconds:g}s" if tool else ""

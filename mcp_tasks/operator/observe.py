@@ -54,10 +54,14 @@ def job_outcome(job: JsonObject) -> JobOutcome | None:
 
 @dataclass(frozen=True, slots=True)
 class Termination:
-    """The tool container's end: exit code and termination message (≤ 4096 bytes, the kubelet's limit)."""
+    """The tool container's end: exit code, termination message (≤ 4096 bytes, the kubelet's limit) and the
+    kubelet's reason (`OOMKilled` when the kernel killed it at its memory limit, `Error`, `Completed`; empty
+    when the status gives none).
+    """
 
     exit_code: int
     message: str
+    reason: str = ""
 
 
 def termination(pod: JsonObject) -> Termination | None:
@@ -67,7 +71,8 @@ def termination(pod: JsonObject) -> Termination | None:
         terminated = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
         if terminated:
             message = str(terminated.get("message") or "")[:TERMINATION_MESSAGE_LIMIT]
-            return Termination(int(terminated.get("exitCode", -1)), message.strip())
+            reason = str(terminated.get("reason") or "")
+            return Termination(int(terminated.get("exitCode", -1)), message.strip(), reason)
     return None
 
 

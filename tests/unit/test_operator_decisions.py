@@ -115,4 +115,6 @@ def test_pods_that_cannot_start_and_terminations() -> None:
     }
     termination = observe.termination(ended)
     assert termination is not None and termination.exit_code == 3 and len(termination.message) == 4096
+    killed = {"status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}
+    assert observe.termination(killed) == observe.Termination(137, "", "OOMKilled")
     assert not observe.is_running(ended) and observe.is_running(waiting)

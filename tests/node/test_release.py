@@ -1,0 +1,301 @@
+"""The Helm release on a real node (issue 20 item 3): real containers of the project's image under a kubelet.
+
+Both charts are installed once for the module with `helm install --wait` into a namespace whose Pod
+Security admission enforces `restricted`, with the image `tests/node/images.py` built from the
+repository's Dockerfile for the gateway, the operator and the example tools. Every client call goes
+through `kubectl port-forward` to the gateway Service (the API server, the kubelet and containerd carry
+it), as the chart's NOTES tell a user to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from mcp_tasks.protocol import constants
+from tests.conftest import REPO, McpHttp, until
+from tests.controlplane.cluster import ControlPlane
+from tests.kube.conftest import sep_hello_world
+from tests.node import images
+from tests.node.cluster import NODE_NAME, RealNode
+
+CHART = REPO / "charts" / "mcp-tasks"
+CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
+RELEASE = "r"
+GATEWAY_SERVICE = f"{RELEASE}-mcp-tasks-gateway"
+TOKEN = "real-node-token"
+INSTALL_TIMEOUT = "300s"
+TASK_WAIT_S = 120.0
+"""A tool Job's pod starts in seconds on an idle node; the machine is shared, so allow minutes."""
+
+
+@dataclass
+class Release:
+    """The installed release: its namespace and the gateway URL through `kubectl port-forward`."""
+
+    plane: ControlPlane
+    namespace: str
+    url: str
+
+    def json(self, *args: str) -> Any:
+        """`kubectl get ... -o json` in the release's namespace, parsed."""
+        return json.loads(self.plane.kubectl("get", *args, "-n", self.namespace, "-o", "json"))
+
+    def job_pods(self, task_id: str) -> list[dict[str, Any]]:
+        """The pods of the task's Job (`mcptask-<taskId>`)."""
+        items: list[dict[str, Any]] = self.json("pods", "-l", f"job-name=mcptask-{task_id}")["items"]
+        return items
+
+
+@contextlib.contextmanager
+def port_forward(plane: ControlPlane, namespace: str, target: str, port: int) -> Iterator[int]:
+    """`kubectl port-forward <target> :<port>` on 127.0.0.1; yields the local port, stops it at the end.
+
+    Raises:
+        RuntimeError: kubectl exited before forwarding (its stderr is quoted).
+    """
+    process = subprocess.Popen(
+        [
+            str(plane.bin_dir / "kubectl"),
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "port-forward",
+            "-n",
+            namespace,
+            target,
+            f":{port}",
+            "--address",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        line = process.stdout.readline()  # "Forwarding from 127.0.0.1:<port> -> <target port>", or EOF
+        if not line.startswith("Forwarding from 127.0.0.1:"):
+            process.kill()
+            raise RuntimeError(f"kubectl port-forward failed: {line}{process.stderr.read()}")
+        yield int(line.split()[2].rsplit(":", 1)[1])
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture(scope="module")
+def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """Both charts installed in a `restricted` namespace, the gateway reached through a port-forward."""
+    plane = real_node.control_plane
+    namespace = f"mcp-{secrets.token_hex(3)}"
+    plane.kubectl("create", "namespace", namespace)
+    plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    folder = tmp_path_factory.mktemp("release")
+    tokens = folder / "tokens.yaml"
+    tokens.write_text(yaml.safe_dump({"tokens": [{"token": TOKEN, "tenant": "acme", "subject": "alice"}]}))
+    plane.kubectl("create", "secret", "generic", "mcp-tasks-tokens", "-n", namespace, f"--from-file={tokens}")
+    # the data claim (ReadWriteMany) bound to a folder of this one node; the tools' uid 65532 writes it
+    volume = folder / "pv"
+    volume.mkdir()
+    volume.chmod(0o777)
+    storage_class = f"rwx-{namespace}"
+    persistent_volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"pv-{namespace}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": storage_class,
+            "hostPath": {"path": str(volume)},
+        },
+    }
+    plane.kubectl("apply", "-f", "-", input_text=json.dumps(persistent_volume))
+    plane.helm("upgrade", "--install", "mcp-tasks-crds", str(CRD_CHART), "--take-ownership", "--wait")
+    repository, tag = images.IMAGE.split(":")
+    plane.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--wait",
+        "--timeout",
+        INSTALL_TIMEOUT,
+        *("--set", f"image.repository={repository}", "--set", f"image.tag={tag}"),
+        *("--set", "auth.existingSecret=mcp-tasks-tokens", "--set", "examples.enabled=true"),
+        *("--set", f"persistence.storageClass={storage_class}", "--set", "persistence.size=1Gi"),
+        timeout_s=600,
+    )
+    with port_forward(plane, namespace, f"service/{GATEWAY_SERVICE}", 80) as port:
+        yield Release(plane, namespace, f"http://127.0.0.1:{port}/mcp")
+
+
+@pytest.fixture
+async def mcp(release: Release) -> AsyncIterator[McpHttp]:
+    """A raw MCP client on the port-forwarded gateway, with the release's token."""
+    async with aiohttp.ClientSession() as session:
+        yield McpHttp(session, release.url, TOKEN)
+
+
+@pytest.mark.timeout(1200)  # the first test pays for the node's start-up (image build) and the install
+async def test_hello_world_runs_as_a_container_under_the_kubelet(release: Release) -> None:
+    task_id = await sep_hello_world(release.url, token=TOKEN)
+    task = release.json("mcptask", task_id)
+    assert task["status"]["taskStatus"] == "completed", task["status"]
+
+    def terminated() -> dict[str, Any] | None:  # the tool posts its result, then its process exits
+        (pod,) = release.job_pods(task_id)
+        (container,) = pod["status"].get("containerStatuses") or [{}]
+        return pod if "terminated" in (container.get("state") or {}) else None
+
+    pod = await until(terminated, timeout_s=60, interval_s=0.5)
+    assert pod["spec"]["nodeName"] == NODE_NAME
+    (container,) = pod["status"]["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 0, container
+    assert container["imageID"], "containerd ran the imported image"
+    # the kubelet serves the container's log to the API server (authenticated as the API server's client)
+    release.plane.kubectl("logs", "-n", release.namespace, pod["metadata"]["name"])
+
+
+async def test_the_gateway_and_operator_run_restricted_as_uid_65532(release: Release) -> None:
+    """Pod Security `restricted` admitted them, and the kubelet runs them as the image's user."""
+    pods = release.json("pods", "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+    components = {pod["metadata"]["labels"].get("app.kubernetes.io/component") for pod in pods}
+    assert {"gateway", "operator"} <= components, components
+    gateway = next(p for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway")
+    out = release.plane.kubectl("exec", "-n", release.namespace, gateway["metadata"]["name"], "--", "id", "-u")
+    assert out.strip() == "65532"
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        release.plane.kubectl(
+            "exec", "-n", release.namespace, gateway["metadata"]["name"], "--", "touch", "/app/written"
+        )
+    assert "Read-only file system" in refused.value.stderr
+
+
+async def test_a_synchronous_call_runs_on_the_warm_word_stats_deployment(release: Release, mcp: McpHttp) -> None:
+    async def warm_ready() -> bool:
+        deployments = release.json("deployments")["items"]
+        warm = [d for d in deployments if "word" in d["metadata"]["name"]]
+        return bool(warm) and all((d.get("status") or {}).get("readyReplicas", 0) >= 1 for d in warm)
+
+    await until(warm_ready, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    jobs_before = {job["metadata"]["name"] for job in release.json("jobs")["items"]}
+    reply = await mcp.call_tool("word_stats", {"text": "the cat and the hat"})
+    result = reply.result
+    assert "task" not in result and result.get("resultType") != "task", result
+    stats = result["structuredContent"]
+    assert stats["words"] == 5 and stats["mostCommon"][0] == {"word": "the", "count": 2}, stats
+    jobs_after = {job["metadata"]["name"] for job in release.json("jobs")["items"]}
+    assert jobs_after == jobs_before, "a warm call starts no Job"
+
+
+async def test_cancel_stops_the_tool_container(release: Release, mcp: McpHttp) -> None:
+    task_id = await mcp.start_task("count_primes", {"limit": 10_000_000_000})
+
+    def running() -> bool:
+        pods = release.job_pods(task_id)
+        return any("running" in (s.get("state") or {}) for p in pods for s in p["status"].get("containerStatuses", []))
+
+    await until(running, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    assert "result" in (await mcp.cancel(task_id)).body
+    cancelled = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=60)
+    assert cancelled["status"] == "cancelled", cancelled
+
+    def stopped() -> bool:
+        pods = release.job_pods(task_id)
+        return all(
+            "running" not in (s.get("state") or {}) for p in pods for s in p["status"].get("containerStatuses", [])
+        )
+
+    await until(stopped, timeout_s=60, interval_s=1.0)
+
+
+MEMORY_HOG = {
+    "apiVersion": "mcptasks.io/v1alpha1",
+    "kind": "McpTool",
+    "metadata": {"name": "memory-hog"},
+    "spec": {
+        "name": "memory_hog",
+        "description": "Fills 256 MiB under a 64 MiB limit.",
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+        "execution": {"taskPolicy": "optional"},
+        "container": {
+            "image": images.IMAGE,
+            "command": ["python", "-c", "filled = b'x' * (256 << 20)"],  # touches every page
+            "resources": {"requests": {"memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+        },
+    },
+}
+
+
+async def test_a_tool_past_its_memory_limit_is_oom_killed_and_the_task_says_so(release: Release, mcp: McpHttp) -> None:
+    """The limit set in the McpTool is the container's: the kernel kills the tool, the kubelet says
+    `OOMKilled`, and the task ends as docs/tool-runtime.md §6 says, naming it."""
+    release.plane.kubectl("apply", "-n", release.namespace, "-f", "-", input_text=json.dumps(MEMORY_HOG))
+
+    async def listed() -> bool:
+        tools = (await mcp.request(constants.METHOD_TOOLS_LIST, {})).result["tools"]
+        return any(tool["name"] == "memory_hog" for tool in tools)
+
+    await until(listed, timeout_s=60, interval_s=0.5)
+    task_id = await mcp.start_task("memory_hog")
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert done["status"] == "completed", done
+    assert done["result"]["isError"] is True
+    assert "exited with code 137" in done["result"]["content"][0]["text"]
+    assert "OOMKilled" in done["result"]["content"][0]["text"]
+    (pod,) = release.job_pods(task_id)
+    (container,) = pod["status"]["containerStatuses"]
+    assert container["state"]["terminated"]["reason"] == "OOMKilled", container
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] == "64Mi"
+
+    def described() -> str | None:
+        text = release.plane.kubectl("describe", "mcptask", task_id, "-n", release.namespace)
+        events = text.split("Events:", 1)[-1]
+        return text if "OOMKilled" in events else None  # the task's Event (ToolError) names it too
+
+    text = await until(described, timeout_s=30, interval_s=0.5)
+    assert "ToolError" in text
+
+
+async def test_the_task_completes_with_one_job_when_the_operator_pods_are_deleted_mid_run(
+    release: Release, mcp: McpHttp
+) -> None:
+    task_id = await mcp.start_task("hello_world")
+    asked = await mcp.wait_status(task_id, "input_required", timeout_s=TASK_WAIT_S)
+    operators = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
+    before = {pod["metadata"]["name"] for pod in release.json("pods", "-l", operators)["items"]}
+    release.plane.kubectl("delete", "pods", "-n", release.namespace, "-l", operators, "--wait=false")
+
+    def replaced() -> bool:
+        pods = release.json("pods", "-l", operators)["items"]
+        ready = [
+            pod
+            for pod in pods
+            if pod["metadata"]["name"] not in before
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+        ]
+        return len(ready) >= 1
+
+    await until(replaced, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    key = next(iter(asked["inputRequests"]))
+    assert "result" in (await mcp.update(task_id, {key: {"action": "accept", "content": {"input": "Ada"}}})).body
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "Hello, Ada!"
+    jobs = [job["metadata"]["name"] for job in release.json("jobs")["items"] if task_id in job["metadata"]["name"]]
+    assert jobs == [f"mcptask-{task_id}"]
+    assert len(release.job_pods(task_id)) == 1, "the run was not started again"
