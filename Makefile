@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint typecheck controlplane objectstore promtool pytest conformance bench bench-kubernetes clean
+.PHONY: install run test lint typecheck controlplane objectstore promtool node pytest conformance bench bench-kubernetes clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,16 @@ promtool:
 	@if command -v go >/dev/null; then bash tests/alerts/build.sh >/dev/null; \
 	else echo "Go not found: the alert tests (promtool test rules) will be skipped"; fi
 
-pytest: install controlplane objectstore promtool
+# The real node's set-up (tests/node/, docs/kubernetes.md §10): the Debian packages it needs (installed as
+# root, else named with the command that installs them), kubelet, kube-scheduler, kube-proxy and CoreDNS
+# built from Go modules into ~/.cache/mcp-tasks/node (~18 min the first time, a no-op after), the image's
+# Debian base and wheelhouse (~8 min the first time). Without root or Go the real-node tests skip, saying why.
+node: install
+	@if [ "$$(id -u)" = 0 ] && command -v go >/dev/null; then bash tests/node/packages.sh && \
+		bash tests/node/build.sh >/dev/null && $(BIN)/python -m tests.node.images >/dev/null; \
+	else bash tests/node/packages.sh --check; echo "not root or Go not found: the real-node tests will be skipped"; fi
+
+pytest: install controlplane objectstore promtool node
 	timeout 2700 $(BIN)/pytest -q
 
 conformance: install controlplane

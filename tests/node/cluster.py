@@ -32,6 +32,7 @@ from `tests/node/packages.sh`. `unavailable_reason()` says why this machine cann
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -60,6 +61,9 @@ SERVICE_CIDR = "10.214.0.0/24"
 KUBERNETES_SERVICE_IP = "10.214.0.1"
 CNI_BIN = Path("/usr/lib/cni")
 READY_TIMEOUT_S = 120.0
+LOCK = Path("/run/lock/mcp-tasks-real-node.lock")
+"""One real node per machine (kube-proxy's chains are global): a second session waits for the first."""
+LOCK_TIMEOUT_S = 900.0
 DRAIN_TIMEOUT_S = 90.0
 KUBELET_CHAINS = (
     ("filter", "KUBE-FIREWALL"),
@@ -203,6 +207,7 @@ class RealNode:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, IO[bytes]] = field(default_factory=dict)
     bridge_created: bool = False
+    lock: IO[bytes] | None = None
 
     @property
     def state(self) -> Path:
@@ -243,6 +248,7 @@ class RealNode:
         self.state.mkdir(parents=True, exist_ok=True)
         try:
             image_tar = self._build_images()
+            self._take_lock()
             self._create_bridge()
             pki = Pki(self.workdir / "pki")
             pki.create()
@@ -300,6 +306,9 @@ class RealNode:
         for log in self.logs.values():
             log.close()
         self.logs.clear()
+        if self.lock is not None:
+            self.lock.close()  # releases the flock
+            self.lock = None
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         """The last `lines` lines a node component logged (for failure messages)."""
@@ -318,6 +327,33 @@ class RealNode:
             return images.export(dockerd, [images.IMAGE, images.PAUSE_IMAGE], self.workdir / "images.tar")
         finally:
             dockerd.stop()
+
+    def _take_lock(self) -> None:
+        """Hold the machine's real-node lock; then what a killed session left (its bridge, rules) is stale.
+
+        Raises:
+            RuntimeError: another session held it for `LOCK_TIMEOUT_S`.
+        """
+        LOCK.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = LOCK.open("ab")
+
+        def taken() -> bool:
+            assert self.lock is not None
+            try:
+                fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        wait_until(taken, LOCK_TIMEOUT_S, lambda: f"another real node held {LOCK} for {LOCK_TIMEOUT_S} s", 1.0)
+        if Path(f"/sys/class/net/{BRIDGE}").exists():  # a session killed before its clean-up
+            subprocess.run(
+                [str(self.node_bin / "kube-proxy"), "--cleanup"], capture_output=True, check=False, timeout=60
+            )
+            for tool in ("iptables", "ip6tables"):
+                for table, chain in KUBELET_CHAINS:
+                    _remove_chain(tool, table, chain)
+            _run(["ip", "link", "delete", BRIDGE])
 
     def _create_bridge(self) -> None:
         """The bridge the CNI plugin will use, made now so the API server and CoreDNS can listen on it."""

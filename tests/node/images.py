@@ -228,3 +228,15 @@ def export(dockerd: Dockerd, images: list[str], target: Path) -> Path:
         target.unlink()
     dockerd.docker("save", "-o", str(target), *images)
     return target
+
+
+def main() -> int:
+    """`python -m tests.node.images`: build (or find cached) the Debian base and the wheelhouse, so that
+    `make pytest` does not spend its time bound on them; print their paths."""
+    print(base_rootfs())
+    print(wheelhouse())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
