@@ -41,6 +41,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient, V1DeleteOptions, V1Preconditions
@@ -175,6 +176,8 @@ class KubernetesTaskStore:
         self._observers = WriteObservers()
         self._listeners: list[Callable[[str], None]] = []
         self.conflicts = 0
+        self._may_put_main = True
+        """False once the API server refused this store a PUT of the main resource (a status-only writer)."""
         """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self.reflector = Reflector(
             api_client,
@@ -439,8 +442,15 @@ class KubernetesTaskStore:
             obj = await self._put(record, {**_untracked(obj, reset), "spec": mapping.dump(plan.spec)}, status=False)
             reset = False
         if plan.status is not None:
-            if reset:  # the status subresource cannot reset field ownership: one metadata-only PUT, once
-                obj = await self._put(record, _untracked(obj, True), status=False)
+            if reset and self._may_put_main:  # the status subresource cannot reset field ownership: one PUT, once
+                try:
+                    obj = await self._put(record, _untracked(obj, True), status=False)
+                except client.ApiError as exc:
+                    if exc.status != HTTPStatus.FORBIDDEN:
+                        raise
+                    # The chart's operator may write only the status subresource (it never rewrites client
+                    # intent): its writes leave the ownership for the gateway's next spec write to reset.
+                    self._may_put_main = False
             obj = await self._put(record, {**obj, "status": mapping.dump(plan.status)}, status=True)
         written = self._decode(self._remember(obj, notify=True))
         self._observers.notify(current.record, written)
