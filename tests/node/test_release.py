@@ -299,3 +299,75 @@ async def test_the_task_completes_with_one_job_when_the_operator_pods_are_delete
     jobs = [job["metadata"]["name"] for job in release.json("jobs")["items"] if task_id in job["metadata"]["name"]]
     assert jobs == [f"mcptask-{task_id}"]
     assert len(release.job_pods(task_id)) == 1, "the run was not started again"
+
+
+# The last two change the release itself: the module's port-forward goes to a pod the upgrade replaces.
+
+
+def _gateway_pods(release: Release) -> dict[str, bool]:
+    """Gateway pod name → Ready, of the pods not being deleted."""
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=gateway"
+    pods = release.json("pods", "-l", selector)["items"]
+    return {
+        pod["metadata"]["name"]: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+        )
+        for pod in pods
+        if not pod["metadata"].get("deletionTimestamp")
+    }
+
+
+@pytest.mark.timeout(900)
+async def test_a_task_waiting_for_input_survives_a_helm_upgrade_that_replaces_every_pod(
+    release: Release, mcp: McpHttp
+) -> None:
+    task_id = await mcp.start_task("hello_world")
+    await mcp.wait_status(task_id, "input_required", timeout_s=TASK_WAIT_S)
+    before = set(_gateway_pods(release))
+    release.plane.helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        *("--namespace", release.namespace, "--wait", "--timeout", INSTALL_TIMEOUT, "--reuse-values"),
+        *("--set", "gateway.logLevel=DEBUG", "--set", "operator.logLevel=DEBUG"),
+        timeout_s=600,
+    )
+
+    def replaced() -> bool:
+        pods = _gateway_pods(release)
+        return bool(pods) and not set(pods) & before and all(pods.values())
+
+    await until(replaced, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    with port_forward(release.plane, release.namespace, f"service/{GATEWAY_SERVICE}", 80) as port:
+        async with aiohttp.ClientSession() as session:
+            upgraded = McpHttp(session, f"http://127.0.0.1:{port}/mcp", TOKEN)
+            asked = await upgraded.wait_status(task_id, "input_required", timeout_s=60)
+            key = next(iter(asked["inputRequests"]))
+            answer = {key: {"action": "accept", "content": {"input": "Ada"}}}
+            assert "result" in (await upgraded.update(task_id, answer)).body
+            done = await upgraded.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "Hello, Ada!"
+
+
+async def test_helm_uninstall_leaves_the_tasks_the_data_claim_and_the_crds(release: Release) -> None:
+    """docs/kubernetes.md, "Upgrade and uninstall": workloads and accounts go; tasks, claim and CRDs stay."""
+    tasks = set(release.plane.kubectl("get", "mcptasks", "-n", release.namespace, "-o", "name").split())
+    assert tasks
+    release.plane.helm("uninstall", RELEASE, "--namespace", release.namespace, "--wait", "--timeout", INSTALL_TIMEOUT)
+
+    def gone() -> bool:
+        out = release.plane.kubectl(
+            "get",
+            "deployments,services,serviceaccounts,roles,rolebindings",
+            *("-n", release.namespace, "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name"),
+        )
+        return not out.split() and not _gateway_pods(release)
+
+    await until(gone, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    kept = release.plane.kubectl("get", "mcptasks,pvc", "-n", release.namespace, "-o", "name").split()
+    assert tasks <= set(kept)
+    assert f"persistentvolumeclaim/{RELEASE}-mcp-tasks-data" in kept
+    assert "mcptasks.mcptasks.io" in release.plane.kubectl("get", "crds", "-o", "name")
+    tools = release.plane.kubectl("get", "mcptools", "-n", release.namespace, "-o", "name").split()
+    assert tools == ["mcptool.mcptasks.io/memory-hog"], "the examples go with the release, a user's McpTool stays"
