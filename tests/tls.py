@@ -5,7 +5,9 @@ Built with `cryptography` (EC P-256 keys, one day of validity); nothing here is 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +16,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.controlplane.cluster import ControlPlane
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +88,16 @@ def issue(hosts: list[str], ca_name: str = "mcp-tasks test CA") -> ServerPem:
         ),
         ca=ca_cert.public_bytes(serialization.Encoding.PEM),
     )
+
+
+def apply_tls_secret(plane: ControlPlane, namespace: str, name: str, pem: ServerPem) -> None:
+    """A `kubernetes.io/tls` Secret with `tls.crt`, `tls.key` and `ca.crt`, as cert-manager writes one."""
+    files = {"tls.crt": pem.cert, "tls.key": pem.key, "ca.crt": pem.ca}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name},
+        "data": {key: base64.b64encode(data).decode() for key, data in files.items()},
+    }
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(secret))

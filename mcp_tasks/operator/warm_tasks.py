@@ -130,6 +130,7 @@ class WarmTaskRunner:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
         self.pools.session = self._session
+        self.pools.tls = self.tls
         self._loop = asyncio.create_task(self.claimer.loop(), name="warm-tasks-claim")
         logger.info("warm task runner %s started; pods call back on %s", self.holder, self.ctx.base_url)
 

@@ -22,6 +22,7 @@ from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.record import LeaseProcess
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.executions import Execution
+from mcp_tasks.worker.tls import PeerTls
 from mcp_tasks.worker.warm import auth_for
 
 ToolRun = ToolProcess | WarmRun | AdoptedWarmCall
@@ -51,6 +52,8 @@ class WarmPools:
     def __init__(self, factory: Callable[[ToolSpec], WarmWorkers], follow_declared: bool = False) -> None:
         self.session: aiohttp.ClientSession | None = None
         """The HTTP session warm calls use (set by the executor once started)."""
+        self.tls: PeerTls | None = None
+        """How warm workers' HTTPS is verified (set by an executor whose workers serve TLS); `None`: plain HTTP."""
         self._factory = factory
         self._follow_declared = follow_declared
         self.started: dict[str, WarmWorkers] = {}
@@ -119,7 +122,15 @@ class Runs:
         pid = running.pid or None  # 0: a pod, not a local process
         auth = auth_for(self.ctx.signer, tool.name, execution)
         return AdoptedWarmCall(
-            session, tool, execution, self.ctx.channel, auth, running.warm_endpoint, pid, running.identity
+            session,
+            tool,
+            execution,
+            self.ctx.channel,
+            auth,
+            running.warm_endpoint,
+            pid,
+            running.identity,
+            self.pools.tls,
         )
 
     def log_path(self, execution_id: str) -> Path:

@@ -36,7 +36,7 @@ from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
-from mcp_tasks.worker.tls import endpoint_of
+from mcp_tasks.worker.tls import PeerTls, base_url, endpoint_of
 from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
 from mcp_tasks.worker.warm_auth import CallAuth
 
@@ -255,6 +255,7 @@ class AdoptedWarmCall:
         warm_endpoint: the worker's `host:port`.
         pid, process_identity: the local worker process (`identity.of`), to tell it is still alive; `None`
             and `""` for a pod, which counts as gone once unreachable for `REMOTE_UNREACHABLE_S`.
+        tls: how the worker's HTTPS is verified (pods with the chart's `tls.warmWorkers`); `None`: plain HTTP.
     """
 
     delivered = True  # it ran: a loss now is a loss mid-call
@@ -269,13 +270,15 @@ class AdoptedWarmCall:
         warm_endpoint: str,
         pid: int | None,
         process_identity: str,
+        tls: PeerTls | None = None,
     ) -> None:
         self.session = session
         self.tool = tool
         self.execution = execution
         self.channel = channel
         self.auth = auth
-        self.base_url = f"http://{warm_endpoint}"
+        self.tls = tls
+        self.base_url = base_url(warm_endpoint, tls)
         self.warm_endpoint = warm_endpoint
         self.pid = pid
         self._identity = process_identity
@@ -297,7 +300,8 @@ class AdoptedWarmCall:
         unreachable_since: float | None = None
         while True:
             try:
-                async with self.session.get(url, headers=self.auth.headers("reattach")) as response:
+                options = {} if self.tls is None else self.tls.request_options()
+                async with self.session.get(url, headers=self.auth.headers("reattach"), **options) as response:
                     if response.status == 200:
                         final = await response.json()
                         code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
@@ -327,7 +331,7 @@ class AdoptedWarmCall:
         """Cancel the call; past `grace_s` seconds kill its worker (nothing else of this runner uses it)."""
         if self._follow is not None and self._follow.done():
             return
-        await cancel_call(self.session, WarmTarget(self.base_url), self.auth)
+        await cancel_call(self.session, WarmTarget(self.base_url, tls=self.tls), self.auth)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self.wait()

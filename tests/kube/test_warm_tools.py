@@ -22,6 +22,7 @@ from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from tests.conftest import PLAIN_CAPS, REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
 from tests.kube.conftest import Gateways, Operators, client, until
+from tests.tls import apply_tls_secret, issue
 
 WAIT_S = 60.0
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
@@ -164,16 +165,18 @@ async def test_synchronous_calls_reach_the_warm_workers_without_an_api_write(
 
 
 def worker_pids(tool: str) -> list[int]:
-    """Local processes of `tools.py <tool>` (the process node runs pods as local processes)."""
+    """Local processes of `tools.py <tool>` run from this checkout (the process node runs pods as local
+    processes; another checkout's tests on the same machine run their own)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if b"tools.py" in argv and tool.encode() in argv:
+        if b"tools.py" in argv and tool.encode() in argv and Path(cwd).is_relative_to(REPO):
             found.append(int(entry.name))
     return found
 
@@ -302,20 +305,33 @@ async def test_a_task_running_as_a_job_stays_the_jobs_when_its_tool_becomes_warm
     assert done["result"]["content"][0]["text"].startswith("slept on attempt 1"), done
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 async def test_a_warm_task_in_flight_outlives_its_operator_and_is_adopted(
     gateways: Gateways,
     operators: Operators,
     control_plane: ControlPlane,
     warm_namespace: str,
     http_session: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    tls: bool,
 ) -> None:
     """Restart rule (ours, docs/design.md §7), as in the embedded server: a warm call in flight when its
     operator replica is killed runs on in its pod; the next replica re-attaches to it from `status.lease.call`,
-    so a tool that is not idempotent ends `completed` by its one run."""
+    so a tool that is not idempotent ends `completed` by its one run. With `tls`, the pods serve HTTPS
+    (`tls.warmWorkers`) and the re-attach goes over it too."""
     namespace = warm_namespace
+    gateway_tls: dict[str, Any] = {}
+    if tls:
+        pem = issue(["mcp-tasks-warm-worker"], "warm CA")
+        ca = pem.write(tmp_path / "warm-tls")[2]
+        apply_tls_secret(control_plane, namespace, "warm-tls", pem)
+        monkeypatch.setenv("MCPTASKS_WARM_TLS_SECRET", "warm-tls")
+        monkeypatch.setenv("MCPTASKS_WARM_TLS_CA_FILE", str(ca))
+        gateway_tls["warm_tls_ca_file"] = ca
     apply_warm(control_plane, namespace, "warm-sleeper")
     first = operators.start()
-    gateway = await gateways.start()
+    gateway = await gateways.start(**gateway_tls)
     catalog: Any = gateway.services.catalog
     await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")))
     mcp = client(http_session, gateway)

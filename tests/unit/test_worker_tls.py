@@ -1,14 +1,19 @@
-"""`worker.tls`: an HTTPS server on a real socket, its certificate renewed in place (issue 21 item 6)."""
+"""`worker.tls`: an HTTPS server on a real socket, its certificate renewed in place; the TLS settings' checks
+(issue 21 item 6)."""
 
 from __future__ import annotations
 
 import ssl
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from mcp_tasks.cli.settings import ServeSettings, Settings, SettingsError, validate
+from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.worker import tls
 from tests.tls import issue
 
@@ -55,3 +60,22 @@ async def test_a_renewed_certificate_is_served_to_new_connections_after_a_refres
                     pass
     finally:
         await runner.cleanup()
+
+
+def test_a_worker_certificate_needs_its_key_and_an_https_worker_url(tmp_path: Path) -> None:
+    """Our own choice (docs/configuration.md): bad TLS settings fail at start-up, naming the variable."""
+    cert, key, _ = issue(["127.0.0.1"]).write(tmp_path / "tls")
+    base = Settings(serve=ServeSettings(data_dir=tmp_path, port=0))
+
+    def operator(**tls_settings: Any) -> Settings:
+        return replace(base, operator=OperatorSettings(**tls_settings))
+
+    with pytest.raises(SettingsError, match="MCPTASKS_WORKER_TLS_KEY_FILE"):
+        validate(operator(worker_tls_cert_file=cert), "operator")
+    with pytest.raises(SettingsError, match="is not a file"):
+        validate(operator(worker_tls_cert_file=cert, worker_tls_key_file=tmp_path / "absent.key"), "operator")
+    with pytest.raises(SettingsError, match="must be https"):
+        validate(operator(worker_tls_cert_file=cert, worker_tls_key_file=key, worker_url="http://op:8081"), "operator")
+    served = validate(operator(worker_tls_cert_file=cert, worker_tls_key_file=key), "operator")
+    assert served.operator.pod_worker_url == "https://127.0.0.1:8081"
+    assert validate(base, "operator").operator.pod_worker_url == "http://127.0.0.1:8081", "no certificate: as before"
