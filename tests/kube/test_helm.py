@@ -1,10 +1,9 @@
 """The Helm charts on the real control plane, with the real `helm` (built by tests/controlplane/build.sh).
 
-Static checks (lint, schema, generated templates, docs) and the chart's life end to end: `helm install`
-runs the gateway and operator Deployments as pods on the process node (each pod on its own loopback
-address), the SEP `hello_world` flow runs through one gateway replica and is read through the other,
-`helm upgrade` restarts every pod while a task waits for input, and `helm uninstall` leaves what
-docs/kubernetes.md promises.
+Static checks: lint, the values schema, the generated templates, server-side dry runs of the rendered
+manifests, the monitoring templates, the docs. The chart's life end to end (`helm install --wait`, the
+SEP `hello_world` flow through each replica, metrics, `helm upgrade` while a task waits for input,
+`helm uninstall`) runs in real containers on the real node: `tests/node/test_release.py`.
 """
 
 from __future__ import annotations
@@ -13,19 +12,14 @@ import json
 import re
 import secrets
 import subprocess
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
-from tests.conftest import REPO, McpHttp, until
+from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane
 from tests.helm import example_tools
-from tests.kube.conftest import sep_hello_world
-from tests.metrics import scrape
-from tests.metrics import value as sample
 
 CHARTS = REPO / "charts"
 CHART = CHARTS / "mcp-tasks"
@@ -226,167 +220,3 @@ def test_the_users_ci_workflow_passes_actionlint(control_plane: ControlPlane) ->
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-# ------------------------------------------------------------------------------------------ end to end
-
-
-def gateway_urls(plane: ControlPlane, namespace: str, service: str) -> list[str]:
-    """`http://<pod address>:<port>/mcp` of every ready endpoint of the gateway Service."""
-    return endpoint_urls(plane, namespace, service, "mcp", "/mcp")
-
-
-def endpoint_urls(plane: ControlPlane, namespace: str, service: str, port_name: str, path: str) -> list[str]:
-    """`http://<pod address>:<port><path>` of every ready endpoint of a Service's port `port_name`.
-
-    Computed as the EndpointSlice controller would (Ready pods matching the selector, the named target
-    port), since it refuses the process node's loopback pod addresses.
-    """
-    spec = json.loads(plane.kubectl("get", "service", service, "-n", namespace, "-o", "json"))["spec"]
-    selector = ",".join(f"{key}={value}" for key, value in spec["selector"].items())
-    target = next(port["targetPort"] for port in spec["ports"] if port["name"] == port_name)
-    pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json"))["items"]
-    urls: list[str] = []
-    for pod in pods:
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        if not ready or pod["metadata"].get("deletionTimestamp") or not pod["status"].get("podIP"):
-            continue
-        ports = {p.get("name"): p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
-        port = ports[target] if isinstance(target, str) else target
-        urls.append(f"http://{pod['status']['podIP']}:{port}{path}")
-    return sorted(urls)
-
-
-async def wait_for_urls(plane: ControlPlane, namespace: str, service: str, count: int) -> list[str]:
-    """The gateway URLs once exactly `count` endpoints are ready (a rollout has settled)."""
-
-    def settled() -> list[str] | None:
-        urls = gateway_urls(plane, namespace, service)
-        return urls if len(urls) == count else None
-
-    return await until(settled, timeout_s=120, interval_s=0.5)
-
-
-def release_objects(plane: ControlPlane, namespace: str) -> set[str]:
-    """`kind/name` of the release's Deployments, Services, Pods, ServiceAccounts, Roles and policies
-    (not the tool pods, which carry the release's instance label for its NetworkPolicy)."""
-    out = plane.kubectl(
-        "get",
-        "deployments,services,pods,serviceaccounts,roles,rolebindings,networkpolicies,poddisruptionbudgets",
-        "-n",
-        namespace,
-        "-l",
-        "app.kubernetes.io/instance=r,app.kubernetes.io/component!=tool-run",  # tool pods belong to their Jobs
-        "-o",
-        "name",
-    )
-    return set(out.split())
-
-
-@pytest.mark.timeout(900)  # two installs and an upgrade, each allowed INSTALL_TIMEOUT, and their rollouts
-async def test_helm_install_upgrade_and_uninstall(control_plane: ControlPlane, tmp_path: Path) -> None:
-    plane = control_plane
-    namespace = f"helm-{secrets.token_hex(3)}"
-    plane.kubectl("create", "namespace", namespace)
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(yaml.safe_dump({"tokens": [{"token": TOKEN, "tenant": "acme", "subject": "alice"}]}))
-    plane.kubectl("create", "secret", "generic", "mcp-tasks-tokens", "-n", namespace, f"--from-file={tokens}")
-    storage_class = f"rwx-{namespace}"
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input_text=json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"pv-{namespace}"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": storage_class,
-                    "hostPath": {"path": str(tmp_path / "pv")},
-                },
-            }
-        ),
-    )
-
-    # The CRD chart takes over the CRDs the harness applied; then the main chart, waiting for ready pods.
-    plane.helm("upgrade", "--install", "mcp-tasks-crds", str(CRD_CHART), "--take-ownership", "--wait")
-    common = ["--namespace", namespace, "--timeout", INSTALL_TIMEOUT, "--wait"]
-    out = plane.helm(
-        "install",
-        "r",
-        str(CHART),
-        *common,
-        "--set",
-        "auth.existingSecret=mcp-tasks-tokens",
-        "--set",
-        "examples.enabled=true",
-        "--set",
-        f"persistence.storageClass={storage_class}",
-        "--set",
-        "persistence.size=1Gi",
-    )
-    assert "kubectl -n " + namespace + " get mcptasks" in out, "NOTES.txt tells how to watch tasks"
-    urls = await wait_for_urls(plane, namespace, "r-mcp-tasks-gateway", 2)
-    assert len({url.split(":")[1] for url in urls}) == 2, "each gateway pod has its own address"
-
-    # The SEP flow through one replica, read through the other.
-    task_id = await sep_hello_world(urls[0], token=TOKEN)
-    async with aiohttp.ClientSession() as session:
-        other = McpHttp(session, urls[1], TOKEN)
-        task = (await other.get(task_id)).result
-        assert task["status"] == "completed", task
-        assert task["result"]["content"][0]["text"] == "Hello, Luca!"
-        table = plane.kubectl("get", "mcptasks", "-n", namespace)
-        assert task_id in table and "completed" in table
-
-        # Each component serves /metrics on the port the chart names `metrics` (on its Service too).
-        async def total(service: str, name: str, **labels: str) -> float:
-            urls = endpoint_urls(plane, namespace, service, "metrics", "/metrics")
-            assert urls, f"no ready metrics endpoint behind {service}"
-            return sum([sample(await scrape(session, url), name, **labels) for url in urls])
-
-        assert await total("r-mcp-tasks-operator", "mcptasks_jobs_created_total") >= 1
-        assert await total("r-mcp-tasks-operator", "mcptasks_runs_started_total", tool="hello_world") >= 1
-        assert await total("r-mcp-tasks-gateway", "mcptasks_requests_total", method="tools/call", code="ok") >= 1
-
-        # A task waiting for input survives an upgrade that replaces every pod.
-        waiting = await McpHttp(session, urls[0], TOKEN).start_task("hello_world")
-        await other.wait_status(waiting, "input_required", timeout_s=60)
-        plane.helm(
-            "upgrade",
-            "r",
-            str(CHART),
-            *common,
-            "--reuse-values",
-            "--set",
-            "gateway.replicas=3",
-            "--set",
-            "gateway.logLevel=DEBUG",
-            "--set",
-            "operator.logLevel=DEBUG",
-        )
-        new_urls = await wait_for_urls(plane, namespace, "r-mcp-tasks-gateway", 3)
-        assert not set(new_urls) & set(urls), "the upgrade replaced every gateway pod"
-        upgraded = McpHttp(session, new_urls[-1], TOKEN)
-        asked = await upgraded.wait_status(waiting, "input_required", timeout_s=30)
-        key = next(iter(asked["inputRequests"]))
-        answer = {"action": "accept", "content": {"input": "Ada"}}
-        assert "result" in (await upgraded.update(waiting, {key: answer})).body
-        done = await upgraded.wait_status(waiting, "completed", "failed", timeout_s=90)
-        assert done["status"] == "completed", done
-        assert done["result"]["content"][0]["text"] == "Hello, Ada!"
-
-    # Uninstall removes the release's workloads and accounts; tasks, their Jobs, the data claim and the
-    # CRDs stay (docs/kubernetes.md, "Uninstall").
-    assert any(name.startswith("deployment.apps/") for name in release_objects(plane, namespace))
-    plane.helm("uninstall", "r", "--namespace", namespace, "--wait", "--timeout", INSTALL_TIMEOUT)
-    await until(lambda: not release_objects(plane, namespace), timeout_s=60, interval_s=0.5)
-    kept = plane.kubectl("get", "mcptasks,jobs,pvc", "-n", namespace, "-o", "name")
-    assert f"mcptask.mcptasks.io/{task_id}" in kept and f"mcptask.mcptasks.io/{waiting}" in kept
-    assert f"job.batch/mcptask-{waiting}" in kept
-    assert "persistentvolumeclaim/r-mcp-tasks-data" in kept
-    assert "mcptasks.mcptasks.io" in plane.kubectl("get", "crds", "-o", "name")

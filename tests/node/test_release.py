@@ -25,6 +25,8 @@ from mcp_tasks.protocol import constants
 from tests.conftest import REPO, McpHttp, until
 from tests.controlplane.cluster import ControlPlane
 from tests.kube.conftest import sep_hello_world
+from tests.metrics import scrape
+from tests.metrics import value as sample
 from tests.node import images
 from tests.node.cluster import NODE_NAME, RealNode
 
@@ -54,6 +56,19 @@ class Release:
         """The pods of the task's Job (`mcptask-<taskId>`)."""
         items: list[dict[str, Any]] = self.json("pods", "-l", f"job-name=mcptask-{task_id}")["items"]
         return items
+
+
+def endpoint_urls(release: Release, service: str, port_name: str, path: str) -> list[str]:
+    """`http://<address>:<port><path>` of every ready endpoint of `service`'s port `port_name`, from its
+    EndpointSlices (written by the real EndpointSlice controller)."""
+    slices = release.json("endpointslices", "-l", f"kubernetes.io/service-name={service}")["items"]
+    urls: list[str] = []
+    for endpoint_slice in slices:
+        ports = [p["port"] for p in endpoint_slice.get("ports") or [] if p.get("name") == port_name]
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready"):
+                urls += [f"http://{address}:{port}{path}" for address in endpoint["addresses"] for port in ports]
+    return sorted(urls)
 
 
 @contextlib.contextmanager
@@ -168,6 +183,25 @@ async def test_hello_world_runs_as_a_container_under_the_kubelet(release: Releas
     assert container["imageID"], "containerd ran the imported image"
     # the kubelet serves the container's log to the API server (authenticated as the API server's client)
     release.plane.kubectl("logs", "-n", release.namespace, pod["metadata"]["name"])
+
+    # Any replica answers any task: read it through each gateway pod (the node reaches pod addresses).
+    urls = await until(lambda: endpoint_urls(release, GATEWAY_SERVICE, "mcp", "/mcp"), timeout_s=60, interval_s=0.5)
+    assert len(urls) == 2, urls
+    async with aiohttp.ClientSession() as session:
+        for url in urls:
+            read = (await McpHttp(session, url, TOKEN).get(task_id)).result
+            assert read["status"] == "completed" and read["result"]["content"][0]["text"] == "Hello, Luca!"
+
+        # Each component serves /metrics on the port the chart names `metrics`, behind its Service.
+        async def total(service: str, name: str, **labels: str) -> float:
+            found = endpoint_urls(release, service, "metrics", "/metrics")
+            assert found, f"no ready metrics endpoint behind {service}"
+            return sum([sample(await scrape(session, url), name, **labels) for url in found])
+
+        operator = f"{RELEASE}-mcp-tasks-operator"
+        assert await total(operator, "mcptasks_jobs_created_total") >= 1
+        assert await total(operator, "mcptasks_runs_started_total", tool="hello_world") >= 1
+        assert await total(GATEWAY_SERVICE, "mcptasks_requests_total", method="tools/call", code="ok") >= 1
 
 
 async def test_the_gateway_and_operator_run_restricted_as_uid_65532(release: Release) -> None:
