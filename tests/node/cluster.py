@@ -60,6 +60,7 @@ POD_CIDR = "10.213.0.0/16"
 SERVICE_CIDR = "10.214.0.0/24"
 KUBERNETES_SERVICE_IP = "10.214.0.1"
 CNI_BIN = Path("/usr/lib/cni")
+CNI_NETWORK = "mcpt"
 READY_TIMEOUT_S = 120.0
 LOCK = Path("/run/lock/mcp-tasks-real-node.lock")
 """One real node per machine (kube-proxy's chains are global): a second session waits for the first."""
@@ -132,6 +133,55 @@ def _remove_chain(tool: str, table: str, chain: str) -> None:
             _run([tool, "-t", table, "-D", *words[1:]], check=False)
     _run([tool, "-t", table, "-F", chain], check=False)
     _run([tool, "-t", table, "-X", chain], check=False)
+
+
+def _end_stale_node(workdir: Path) -> None:
+    """SIGKILL what a killed session left running: every process naming its `workdir` (containerd, its
+    shims, kubelet, kube-proxy, CoreDNS, the control plane) and every process in the kubelet's `kubepods`
+    cgroups (its pods; one real node per machine, so they are that session's), then unmount its mounts."""
+    marker = str(workdir).encode()
+    victims: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if marker in (proc / "cmdline").read_bytes():
+                    victims.add(int(proc.name))
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        for procs in (hierarchy / "kubepods").rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                victims.update(int(line) for line in procs.read_text().split())
+    for pid in victims:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if workdir.exists():
+        for mount in images.mounts_under(workdir):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+
+
+def _remove_cni_leftovers() -> None:
+    """What CNI DEL would have removed had containerd torn the pods down: the bridge plugin's `ipMasq`
+    chains (their rules carry the comment `name: "mcpt"`) with their POSTROUTING jumps, and the network
+    namespaces containerd pinned under /var/run/netns (one real node per machine: its `cni-*` are ours)."""
+    listed = _run(["iptables", "-t", "nat", "-S"], check=False)
+    chains: set[str] = set()
+    for rule in listed.stdout.splitlines():
+        words = shlex.split(rule)
+        if words[:1] != ["-A"] or f'name: "{CNI_NETWORK}"' not in " ".join(words):
+            continue
+        if words[1] == "POSTROUTING" and words[-2] == "-j":
+            _run(["iptables", "-t", "nat", "-D", *words[1:]], check=False)
+            chains.add(words[-1])
+        elif words[1].startswith("CNI-"):
+            chains.add(words[1])
+    # a chain the plugin made for a pod whose set-up was cut short holds no rule to name it; -X keeps
+    # any chain still referenced
+    rules = {shlex.split(rule)[1] for rule in listed.stdout.splitlines() if rule.startswith("-A ")}
+    chains |= {line.split()[1] for line in listed.stdout.splitlines() if line.startswith("-N CNI-")} - rules
+    for chain in chains:
+        _run(["iptables", "-t", "nat", "-F", chain], check=False)
+        _run(["iptables", "-t", "nat", "-X", chain], check=False)
+    for netns in Path("/var/run/netns").glob("cni-*"):
+        _run(["ip", "netns", "delete", netns.name], check=False)
 
 
 def _run(args: list[str], timeout_s: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -295,6 +345,7 @@ class RealNode:
             self._kill_remaining_containers()
         self._stop_process("containerd")
         self._kill_orphan_shims()
+        _remove_cni_leftovers()  # none after a clean drain; what pods the kubelet could not stop left
         for mount in images.mounts_under(self.state):
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
         if self.bridge_created:
@@ -307,6 +358,7 @@ class RealNode:
             log.close()
         self.logs.clear()
         if self.lock is not None:
+            self.lock.truncate(0)  # a clean end: the next session has nothing to clean
             self.lock.close()  # releases the flock
             self.lock = None
 
@@ -335,7 +387,7 @@ class RealNode:
             RuntimeError: another session held it for `LOCK_TIMEOUT_S`.
         """
         LOCK.parent.mkdir(parents=True, exist_ok=True)
-        self.lock = LOCK.open("ab")
+        self.lock = LOCK.open("a+b")
 
         def taken() -> bool:
             assert self.lock is not None
@@ -346,14 +398,22 @@ class RealNode:
             return True
 
         wait_until(taken, LOCK_TIMEOUT_S, lambda: f"another real node held {LOCK} for {LOCK_TIMEOUT_S} s", 1.0)
-        if Path(f"/sys/class/net/{BRIDGE}").exists():  # a session killed before its clean-up
+        self.lock.seek(0)
+        stale = self.lock.read().decode().strip()  # the workdir of a session that never reached its clean-up
+        if stale:
+            _end_stale_node(Path(stale))
+        if stale or Path(f"/sys/class/net/{BRIDGE}").exists():
             subprocess.run(
                 [str(self.node_bin / "kube-proxy"), "--cleanup"], capture_output=True, check=False, timeout=60
             )
             for tool in ("iptables", "ip6tables"):
                 for table, chain in KUBELET_CHAINS:
                     _remove_chain(tool, table, chain)
-            _run(["ip", "link", "delete", BRIDGE])
+            _run(["ip", "link", "delete", BRIDGE], check=False)
+            _remove_cni_leftovers()
+        self.lock.truncate(0)
+        self.lock.write(str(self.workdir.resolve()).encode())
+        self.lock.flush()
 
     def _create_bridge(self) -> None:
         """The bridge the CNI plugin will use, made now so the API server and CoreDNS can listen on it."""
@@ -451,7 +511,7 @@ state = "{root / "state"}"
     def _cni_config(self) -> dict[str, Any]:
         return {
             "cniVersion": "1.0.0",
-            "name": "mcpt",
+            "name": CNI_NETWORK,
             "plugins": [
                 {
                     "type": "bridge",
