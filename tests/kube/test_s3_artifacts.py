@@ -6,14 +6,13 @@ the inline cap as one object, the McpTask holds the link, any gateway replica se
 only, the operator's expiry deletes it with the McpTask, and while the store is down a read is 503 and
 a finishing tool's result write is 503 (its runtime retries), so the result lands when it is back.
 No data folder is shared: each gateway and the operator get their own (only the requestState key is
-shared, as the chart does with a Secret).
+shared by the gateways, as the chart does with a Secret; the operator never holds it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from mcp_types import jsonrpc
 
 from mcp_tasks import gateway
 from mcp_tasks.cli.gateway import build_gateway_app
-from mcp_tasks.cli.serve import LINGERING_TIME_S
+from mcp_tasks.cli.serve import LINGERING_TIME_S, load_key
 from mcp_tasks.store.settings import ArtifactSettings
 from tests.conftest import McpHttp, until
 from tests.controlplane.cluster import ControlPlane
@@ -72,7 +71,7 @@ class S3Deployment:
         """A gateway replica with a data folder of its own holding only the shared requestState key."""
         data_dir = self.folder / f"gateway-{len(self._runners)}"
         data_dir.mkdir()
-        shutil.copy(self.folder / "request-state.key", data_dir / "request-state.key")
+        (data_dir / "request-state.key").write_bytes(load_key(self.folder, "request-state.key"))
         settings = gateway_settings(self.plane, self.namespace, data_dir)
         settings = replace(settings, serve=replace(settings.serve, tokens_file=self.tokens), artifacts=self.artifacts)
         app = await build_gateway_app(settings)
@@ -96,7 +95,7 @@ async def deployment(
     operators: Operators,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[S3Deployment]:
-    """The operator (its data folder is `tmp_path`: the requestState key, no artifacts) and gateways,
+    """The operator (its data folder is `tmp_path`: no artifacts) and gateways sharing one requestState key,
     all with their artifacts in a new bucket of `s3_server`."""
     bucket = await s3_server.create_bucket()
     for name, value in s3_server.environment(bucket, PREFIX).items():

@@ -18,8 +18,10 @@ from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import REPO
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-TOOL = next(t for t in load_manifest_file(REPO / "tests" / "tools" / "tools.yaml") if t.name == "patient_asker")
-LIMITS = TOOL.execution  # maxRunTimeSeconds 1.5, maxInputWaitSeconds 4
+_ASKER = next(t for t in load_manifest_file(REPO / "tests" / "tools" / "tools.yaml") if t.name == "patient_asker")
+_TABLE_LIMITS = _ASKER.execution.model_copy(update={"max_run_time_seconds": 1.5, "max_input_wait_seconds": 4})
+TOOL = dataclasses.replace(_ASKER, manifest=_ASKER.manifest.model_copy(update={"execution": _TABLE_LIMITS}))
+LIMITS = TOOL.execution  # maxRunTimeSeconds 1.5, maxInputWaitSeconds 4: the table's numbers
 
 
 def at(seconds: float) -> datetime:
