@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, NoReturn
 
@@ -126,10 +126,11 @@ Outcome = Literal["held", "other"]
 """What one attempt found: this replica holds the Lease (acquired or renewed), or another valid holder does."""
 
 
+@dataclass(eq=False)
 class LeaderElection:
     """Leader election for one identity over one Lease; `leading` is set while this replica may act.
 
-    Args:
+    Fields:
         api: the operator's API client.
         namespace: where the Lease lives (the operator's namespace).
         name: the Lease's name (`OperatorSettings.leader_lease`).
@@ -140,29 +141,22 @@ class LeaderElection:
         wall_clock: UTC now, for `acquireTime` and `renewTime` (which only humans and lookers read).
     """
 
-    def __init__(
-        self,
-        api: ApiClient,
-        namespace: str,
-        name: str,
-        identity: str,
-        on_started_leading: Callable[[], Awaitable[None]],
-        timing: LeaseTiming,
-        wall_clock: Callable[[], datetime],
-    ) -> None:
-        self._leases = client.Apis(api).coordination
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self._on_started_leading = on_started_leading
-        self.timing = timing
-        self._wall_clock = wall_clock
-        self.leading = asyncio.Event()
-        """Set while this replica holds the Lease, has renewed it within the renew deadline, and may act."""
-        self._observed: LeaseRecord | None = None
-        self._observed_at = 0.0
-        self._renewed_at: float | None = None
-        self._next_s = 0.0
+    api: ApiClient
+    namespace: str
+    name: str
+    identity: str
+    on_started_leading: Callable[[], Awaitable[None]]
+    timing: LeaseTiming
+    wall_clock: Callable[[], datetime]
+    leading: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    """Set while this replica holds the Lease, has renewed it within the renew deadline, and may act."""
+    _observed: LeaseRecord | None = field(default=None, init=False)
+    _observed_at: float = field(default=0.0, init=False)
+    _renewed_at: float | None = field(default=None, init=False)
+    _next_s: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self._leases = client.Apis(self.api).coordination
         metrics.OPERATOR_LEADER.set(0)
 
     def _now(self) -> float:
@@ -202,7 +196,7 @@ class LeaderElection:
             return
         self._renewed_at = started  # counted from before the request: never later than the server's renewTime
         if not leading:
-            await self._on_started_leading()
+            await self.on_started_leading()
             self.leading.set()
             metrics.OPERATOR_LEADER.set(1)
             logger.info("this operator replica leads (lease %s, holder %s)", self.name, self.identity)
@@ -214,7 +208,7 @@ class LeaderElection:
             client.ApiError: refused (403: RBAC; 409: another replica wrote first).
             StoreUnavailable: no answer within `timeout_s`.
         """
-        now = micro_time(self._wall_clock())
+        now = micro_time(self.wall_clock())
         try:
             lease = await client.call_json(
                 self._leases.read_namespaced_lease, self.name, self.namespace, timeout_s=timeout_s
@@ -284,7 +278,7 @@ class LeaderElection:
             record = LeaseRecord.of(lease)
             if record.holder != self.identity:
                 return
-            now = micro_time(self._wall_clock())
+            now = micro_time(self.wall_clock())
             freed = LeaseRecord("", 1, now, now, record.transitions)
             await client.call_json(
                 self._leases.replace_namespaced_lease,

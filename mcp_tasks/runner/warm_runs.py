@@ -243,10 +243,11 @@ class WarmRun:
         """Nothing to discard (see `trim_log`)."""
 
 
+@dataclass(eq=False)
 class AdoptedWarmCall:
     """A detached call on a local warm worker that outlived its runner, followed by re-attaching.
 
-    Args:
+    Fields:
         session: the HTTP session.
         tool: the task's tool.
         execution: the run's worker-API view (same execution id and token as before the crash).
@@ -258,33 +259,25 @@ class AdoptedWarmCall:
         tls: how the worker's HTTPS is verified (pods with the chart's `tls.warmWorkers`); `None`: plain HTTP.
     """
 
-    delivered = True  # it ran: a loss now is a loss mid-call
+    delivered = True  # it ran: a loss now is a loss mid-call (a class attribute, not a field)
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        tool: ToolSpec,
-        execution: Execution,
-        channel: WorkerChannel,
-        auth: CallAuth,
-        warm_endpoint: str,
-        pid: int | None,
-        process_identity: str,
-        tls: PeerTls | None = None,
-    ) -> None:
-        self.session = session
-        self.tool = tool
-        self.execution = execution
-        self.channel = channel
-        self.auth = auth
-        self.tls = tls
-        self.base_url = base_url(warm_endpoint, tls)
-        self.warm_endpoint = warm_endpoint
-        self.pid = pid
-        self._identity = process_identity
-        self.worker_lost = False
-        self._follow: asyncio.Task[int | None] | None = None
-        self._tail = ""
+    session: aiohttp.ClientSession
+    tool: ToolSpec
+    execution: Execution
+    channel: WorkerChannel
+    auth: CallAuth
+    warm_endpoint: str
+    pid: int | None
+    process_identity: str
+    tls: PeerTls | None = None
+    worker_lost: bool = field(default=False, init=False)
+    base_url: str = field(init=False)
+    """The worker's `http(s)://host:port`, from `warm_endpoint` and `tls`."""
+    _follow: asyncio.Task[int | None] | None = field(default=None, init=False)
+    _tail: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        self.base_url = base_url(self.warm_endpoint, self.tls)
 
     async def start(self) -> None:
         """Nothing to start: the call runs already."""
@@ -292,7 +285,7 @@ class AdoptedWarmCall:
     def _alive(self, unreachable_since: float) -> bool:
         """Whether the worker may still answer: its local process lives, or a pod was reachable lately."""
         if self.pid is not None:
-            return identity.is_alive(self.pid, self._identity)
+            return identity.is_alive(self.pid, self.process_identity)
         return asyncio.get_running_loop().time() - unreachable_since < REMOTE_UNREACHABLE_S
 
     async def _reattach(self) -> int | None:
@@ -336,9 +329,9 @@ class AdoptedWarmCall:
             async with asyncio.timeout(grace_s):
                 await self.wait()
                 return
-        if self.pid is not None and identity.is_alive(self.pid, self._identity):
+        if self.pid is not None and identity.is_alive(self.pid, self.process_identity):
             with contextlib.suppress(ProcessLookupError):
-                identity.signal_group(self.pid, self._identity, signal.SIGKILL)
+                identity.signal_group(self.pid, self.process_identity, signal.SIGKILL)
 
     def trim_log(self) -> None:
         """Nothing to trim: the worker's stderr file belonged to the crashed runner's pool."""
