@@ -15,14 +15,20 @@ import json
 import re
 import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 
 from mcp_tasks.operator.warm import FIELD_MANAGER, build_autoscaler, build_deployment, build_service
+from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.kubernetes.catalog import _manifest
+from mcp_tasks.store.manifests import load_manifest_file
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.ids import mint_task_id
+from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.tools import parse_manifest
 from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 from tests.conftest import REPO
@@ -32,7 +38,8 @@ from tests.kube.conftest import until
 CHART = REPO / "charts" / "mcp-tasks"
 CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
 RELEASE = "r"
-POLICY_DENIED = "ValidatingAdmissionPolicy 'r-mcp-tasks-{namespace}-operator-writes'"
+TOOLS = REPO / "tests" / "tools" / "tools.yaml"
+POLICY_DENIED = "ValidatingAdmissionPolicy 'r-mcp-tasks-{namespace}-{policy}'"
 
 
 class Release:
@@ -62,11 +69,11 @@ class Release:
             timeout=60,
         )
 
-    def refused_by_policy(self, *args: str, input_text: str | None = None) -> str:
-        """Run a request as the operator; assert the admission policy refused it; return its message."""
+    def refused_by_policy(self, *args: str, input_text: str | None = None, policy: str = "operator-writes") -> str:
+        """Run a request as the operator; assert the admission policy `policy` refused it; return its message."""
         result = self.as_operator(*args, input_text=input_text)
         assert result.returncode != 0, f"allowed: kubectl {' '.join(args)}\n{result.stdout}"
-        assert POLICY_DENIED.format(namespace=self.namespace) in result.stderr, result.stderr
+        assert POLICY_DENIED.format(namespace=self.namespace, policy=policy) in result.stderr, result.stderr
         return result.stderr
 
     def allowed(self, *args: str, input_text: str | None = None) -> str:
@@ -181,6 +188,39 @@ def test_the_operator_account_writes_its_warm_workers(release: Release) -> None:
     release.refused_by_policy("label", "service", name, "app.kubernetes.io/instance=other", "--overwrite")
     for kind in ("horizontalpodautoscaler", "service", "deployment"):
         release.allowed("delete", kind, name)
+
+
+def test_the_operator_account_may_drop_a_tasks_field_ownership_and_change_nothing_else(release: Release) -> None:
+    """Its one write to an McpTask itself (not its status): `managedFields: [{}]` on a task's first executor write."""
+    record = transitions.new_task(
+        mint_task_id(), Owner("acme", "alice"), load_manifest_file(TOOLS)[0], {"text": "hi"}, datetime.now(UTC)
+    )
+    name = record.task_id
+    created = mapping.new_object(record, release.namespace)
+    release.plane.kubectl("create", "-n", release.namespace, "-f", "-", input_text=json.dumps(created))
+
+    def stored() -> dict[str, Any]:
+        stored_object: dict[str, Any] = release.get("mcptask", name, "--show-managed-fields")
+        return stored_object
+
+    assert stored()["metadata"]["managedFields"], "the API server records the creator's fields"
+    changes: list[Callable[[dict[str, Any]], None]] = [
+        lambda obj: obj["spec"].update(cancelRequestedAt="2026-12-03T00:00:00Z"),  # the client's intent
+        lambda obj: obj["metadata"]["labels"].update({"mcptasks.io/tenant": "evil"}),  # whose task it is
+        lambda obj: obj["metadata"].update(annotations={"a": "b"}),
+        lambda obj: obj["metadata"].update(finalizers=["example.com/hold"]),
+    ]
+    for change in changes:
+        changed = stored()
+        change(changed)
+        # an update, as the store's reset is (the Role has no patch on mcptasks)
+        release.refused_by_policy("replace", "-f", "-", input_text=json.dumps(changed), policy="operator-task-writes")
+    reset = stored()
+    reset["metadata"]["managedFields"] = [{}]
+    release.allowed("replace", "-f", "-", input_text=json.dumps(reset))
+    after = stored()
+    assert not after["metadata"].get("managedFields") and after["spec"] == reset["spec"]
+    release.allowed("delete", "mcptask", name)  # expiry
 
 
 def test_a_warm_object_cannot_reach_beyond_the_warm_workers(release: Release) -> None:

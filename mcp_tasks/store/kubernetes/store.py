@@ -19,7 +19,8 @@
   1.6 kB of a finished task's 4.2 kB in etcd, and more in its watch cache), so the first write to an
   object that still has it carries the documented reset (`managedFields: [{}]`). A status write
   cannot reset it (the subresource ignores `metadata`), so the first executor write of a task is
-  preceded by one metadata-only PUT of the main resource. An object without `managedFields` stays
+  preceded by one metadata-only PUT of the main resource (the chart lets its operator make exactly that
+  change and no other, docs/kubernetes.md §3). An object without `managedFields` stays
   without them through every later update (the API server only starts tracking again on a
   server-side apply), so this costs one request per task, once. Objects written by earlier versions
   are reset on their next write.
@@ -34,12 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
 from typing import Any, Final
@@ -52,6 +51,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.kubernetes import client, limits, mapping
+from mcp_tasks.store.kubernetes.cache import CacheEntry, expires_at, summary_of
 from mcp_tasks.store.kubernetes.resources import GROUP, TASK_PLURAL, VERSION
 from mcp_tasks.store.kubernetes.watch import PAGE_SIZE, Reflector, newer_version
 from mcp_tasks.store.observers import WriteObservers
@@ -81,51 +81,6 @@ EXPIRY_CONCURRENCY: Final = 16
 DEFAULT_FULL_OBJECTS: Final = 2048
 TOMBSTONES: Final = 10_000
 """How many recent deletions the store remembers (`deleted`), so events about a deleted task cost no GET."""
-_SUMMARY_DROPS: Final = {
-    "spec": ("arguments", "preInputResponses", "inputResponses", "clientCapabilities"),
-    "status": ("result", "progress", "inputRequests", "issuedInputKeys", "conditions"),
-}
-"""What a finished task's summary leaves out: everything only a reader of its result or history needs."""
-
-
-@dataclass(slots=True)
-class _Entry:
-    """One cached McpTask: whole (`obj`), or, once finished, as a packed summary (and whole while recent)."""
-
-    version: str
-    tenant: str
-    subject: str
-    finished: bool
-    expires_at: float  # createdAt + ttlMs, Unix seconds; only meaningful once finished
-    obj: JsonObject | None = None
-    summary: bytes | None = None
-    parsed: mapping.Parsed | None = None  # of `obj`, parsed lazily, once per resourceVersion
-    tracked: bool = False  # the stored object has `managedFields` (the next write resets them)
-
-    def view(self) -> JsonObject:
-        """The object as far as it is kept: whole when it is, else its summary."""
-        if self.obj is not None:
-            return self.obj
-        assert self.summary is not None
-        loaded: JsonObject = json.loads(self.summary)
-        return loaded
-
-
-def _summary(obj: JsonObject) -> bytes:
-    """A finished McpTask without what only readers of its result need, as compact JSON."""
-    kept: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj["metadata"]}
-    for part, drops in _SUMMARY_DROPS.items():
-        kept[part] = {key: value for key, value in (obj.get(part) or {}).items() if key not in drops}
-    return json.dumps(kept, separators=(",", ":")).encode()
-
-
-def _expires_at(obj: JsonObject) -> float:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    try:
-        created = datetime.fromisoformat(str(spec["createdAt"]).replace("Z", "+00:00")).timestamp()
-        return created + int(status.get("ttlMs") or spec["ttlMs"]) / 1000
-    except (KeyError, TypeError, ValueError):
-        return float("inf")  # malformed: never expired by us (reads treat it as missing)
 
 
 class KubernetesTaskStore:
@@ -168,7 +123,7 @@ class KubernetesTaskStore:
         self._artifacts = artifacts
         self._inline_arguments_max_bytes = inline_arguments_max_bytes
         self._request_timeout_s = request_timeout_s
-        self._cache: dict[str, _Entry] = {}
+        self._cache: dict[str, CacheEntry] = {}
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()  # finished, kept whole
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()  # tombstones
         self._full_objects = full_objects
@@ -176,9 +131,9 @@ class KubernetesTaskStore:
         self._observers = WriteObservers()
         self._listeners: list[Callable[[str], None]] = []
         self.conflicts = 0
+        """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self._may_put_main = True
         """False once the API server refused this store a PUT of the main resource (a status-only writer)."""
-        """Compare-and-swap writes that lost to a concurrent writer (observability)."""
         self.reflector = Reflector(
             api_client,
             self,
@@ -237,7 +192,7 @@ class KubernetesTaskStore:
         """
         return task_id in self._deleted
 
-    def _remember(self, obj: JsonObject, *, notify: bool, created: bool = False) -> _Entry:
+    def _remember(self, obj: JsonObject, *, notify: bool, created: bool = False) -> CacheEntry:
         """Cache `obj` (unless the cache holds a newer version) and return its entry, kept whole."""
         name = str(obj["metadata"]["name"])
         version = str(obj["metadata"]["resourceVersion"])
@@ -255,9 +210,9 @@ class KubernetesTaskStore:
         owner = spec.get("owner") or {}
         finished = str(status.get("taskStatus") or TaskStatus.WORKING.value) not in _UNFINISHED
         tenant, subject = sys.intern(str(owner.get("tenant"))), sys.intern(str(owner.get("subject")))
-        entry = _Entry(version, tenant, subject, finished, _expires_at(obj), obj=obj, tracked=tracked)
+        entry = CacheEntry(version, tenant, subject, finished, expires_at(obj), obj=obj, tracked=tracked)
         if finished:
-            entry.summary = _summary(obj)
+            entry.summary = summary_of(obj)
         self._cache[name] = entry
         if finished:
             self._touch(name)
@@ -298,7 +253,7 @@ class KubernetesTaskStore:
         if created:
             self._feed.created()
 
-    def _decode(self, entry: _Entry) -> TaskRecord:
+    def _decode(self, entry: CacheEntry) -> TaskRecord:
         """The record of a cached object (`_parse`).
 
         Raises:
@@ -306,7 +261,7 @@ class KubernetesTaskStore:
         """
         return self._parse(entry).record
 
-    def _parse(self, entry: _Entry) -> mapping.Parsed:
+    def _parse(self, entry: CacheEntry) -> mapping.Parsed:
         """A cached object parsed, once per resourceVersion while it is kept whole (a summary is parsed
         each time: it lacks arguments, answers and result).
 
@@ -401,7 +356,7 @@ class KubernetesTaskStore:
         entry = self._cache.get(task_id) or await self._fetch(task_id)
         return None if entry is None else entry.view()
 
-    async def _fetch(self, task_id: str) -> _Entry | None:
+    async def _fetch(self, task_id: str) -> CacheEntry | None:
         """Authoritative GET (a quorum read of etcd); refreshes the cache."""
         if not _valid_name(task_id):
             return None
@@ -448,8 +403,8 @@ class KubernetesTaskStore:
                 except client.ApiError as exc:
                     if exc.status != HTTPStatus.FORBIDDEN:
                         raise
-                    # The chart's operator may write only the status subresource (it never rewrites client
-                    # intent): its writes leave the ownership for the gateway's next spec write to reset.
+                    # An operator without `update` on mcptasks (the chart without its admission policy) writes
+                    # only the status subresource: the ownership stays for the gateway's next spec write to reset.
                     self._may_put_main = False
             obj = await self._put(record, {**obj, "status": mapping.dump(plan.status)}, status=True)
         written = self._decode(self._remember(obj, notify=True))
