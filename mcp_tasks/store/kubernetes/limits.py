@@ -8,6 +8,7 @@ refused before the request, with an error that names what to send instead.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final, Literal
 
 from mcp_tasks.protocol.errors import JsonObject
@@ -19,6 +20,8 @@ for `managedFields`. A backstop behind the inline-result cap; larger results are
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
+_LONG_DIGITS: Final = re.compile(r"\d{19}")
+"""19 digits in a row: the shortest text in which an integer outside the int64 range can hide."""
 
 
 def check_object(body: JsonObject, task_id: str, part: Literal["spec", "status"], max_bytes: int) -> None:
@@ -31,14 +34,17 @@ def check_object(body: JsonObject, task_id: str, part: Literal["spec", "status"]
         UnstorableValue: a 64-bit overflow anywhere, or client intent (`part="spec"`) that is too large.
         ResultTooLarge: the executor's status (the result) is too large.
     """
-    where = _inexact(body)
+    encoded = json.dumps(body, separators=(",", ":"))
+    # An integer beyond 64 bits has at least 19 digits; without such a run in the text none can be there,
+    # and the walk (the costlier half of this check on the create path) is skipped.
+    where = _inexact(body) if _LONG_DIGITS.search(encoded) else None
     if where is not None:
         where = where.removeprefix("/spec/").removeprefix("/status/")  # name the field as the client knows it
         raise UnstorableValue(
             f"{where} is an integer outside the signed 64-bit range, which the Kubernetes store cannot keep "
             "exactly; use a smaller number or a string"
         )
-    size = len(json.dumps(body, separators=(",", ":")).encode())
+    size = len(encoded.encode())
     if size <= max_bytes:
         return
     if part == "spec":
