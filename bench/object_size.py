@@ -202,6 +202,31 @@ def etcd_in_use(plane: Any) -> int:
     raise RuntimeError("etcd reported no etcd_mvcc_db_total_size_in_use_in_bytes")
 
 
+def etcd_post(etcd_url: str, path: str, body: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
+    """POST `body` to etcd's v3 JSON gateway at `path` (e.g. `/v3/kv/range`); the decoded answer."""
+    request = urllib.request.Request(
+        f"{etcd_url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        found: dict[str, Any] = json.load(answer)
+    return found
+
+
+def etcd_compact(etcd_url: str) -> int:
+    """Compact etcd to its current revision (physical), then defragment it; the revision compacted to.
+
+    What the API server does every 5 minutes (`--etcd-compaction-interval`), done now, plus the defrag
+    an operator of etcd runs, so `etcd_in_use` counts each key's latest revision only, in compact pages.
+    Through etcd's v3 JSON gateway (`/v3/kv/range` for the revision, `/v3/kv/compaction`,
+    `/v3/maintenance/defragment`): the control plane has no `etcdctl`.
+    """
+    key = base64.b64encode(b"compact_rev_key").decode()
+    revision = int(etcd_post(etcd_url, "/v3/kv/range", {"key": key, "count_only": True})["header"]["revision"])
+    etcd_post(etcd_url, "/v3/kv/compaction", {"revision": revision, "physical": True})
+    etcd_post(etcd_url, "/v3/maintenance/defragment", {})
+    return revision
+
+
 def measure_many(plane: Any, tasks: int) -> dict[str, Any]:
     """kube-apiserver RSS and etcd size per retained finished task, over `tasks` of them (module docstring)."""
     from bench.scale import create_tasks

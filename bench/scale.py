@@ -17,9 +17,20 @@ controller manager: Jobs are created but no pod ever runs, so unfinished tasks s
    operator and a fresh gateway (`--runner none`) start, load the namespace, and their resident memory
    (`VmRSS`) is read once settled; the gateway is read again after a `tasks/get` of every task (its
    bounded cache of full objects filled). Per task = (RSS at N - RSS at 0) / N.
+4. **What the cluster holds per retained finished task** (issue 23), at each size of step 3 before
+   the operator and gateway start: kube-apiserver `VmRSS` once it moved less than 1% over 10 s; its Go
+   heap in use right after a forced GC (`/debug/pprof/heap?gc=1`, then `go_memstats_heap_inuse_bytes`);
+   then etcd compacted to its current revision and defragmented through its v3 JSON gateway (what the
+   API server's own compaction, every 5 minutes, and an etcd operator's defrag would do; done now so
+   the figure does not depend on when the last one ran) and `etcd_mvcc_db_total_size_in_use_in_bytes`
+   read. Per task = (figure at N - figure at 0) / N, and the marginal cost between sizes.
 
 Targets (issue 9): idle operator CPU at 10,000 unfinished tasks ≤ 5% of a core; ≤ 3 kB per retained
-finished task in the operator; the gateway's figure is documented (`docs/performance.md`).
+finished task in the operator; the gateway's figure is documented (`docs/performance.md`). Issue 23:
+kube-apiserver RSS ≤ 30,000 B and etcd ≤ 3,072 B per retained finished task.
+
+`--unfinished` with no sizes skips steps 1-2; `--finished 1000 10000 50000 100000` is the run behind the
+capacity table of docs/performance.md (kube-apiserver alone needs several GB of RAM at the top).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,6 +51,7 @@ import aiohttp
 
 from bench import run, wire
 from bench.kubernetes import TOOL_MANIFEST, ApiServer, start_gateway
+from bench.object_size import TARGET_APISERVER_BYTES, TARGET_ETCD_BYTES, etcd_compact, etcd_in_use
 
 UNFINISHED_NS: Final = "bench-scale"
 FINISHED_NS: Final = "bench-retained"
@@ -150,6 +163,58 @@ def settled_rss(pid: int, seconds: float = 3.0) -> int:
     return rss_bytes(pid)
 
 
+def settled_apiserver_rss(pid: int, window_s: float = 10.0, timeout_s: float = 180.0) -> int:
+    """kube-apiserver RSS in bytes once it moved less than 1% over `window_s` (at most `timeout_s` of waiting).
+
+    Relative, not `settled_rss`'s 256 KiB: a Go heap of gigabytes breathes by more than that.
+    """
+    samples = [(time.monotonic(), rss_bytes(pid))]
+    deadline = samples[0][0] + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = (time.monotonic(), rss_bytes(pid))
+        samples = [sample for sample in samples if now[0] - sample[0] <= window_s] + [now]
+        values = [value for _, value in samples]
+        if now[0] - samples[0][0] >= window_s - 1.5 and max(values) - min(values) <= now[1] / 100:
+            break
+    return rss_bytes(pid)
+
+
+def apiserver_heap_bytes(api: ApiServer) -> int:
+    """kube-apiserver's Go heap in use right after a forced garbage collection, in bytes.
+
+    `GET /debug/pprof/heap?gc=1` (profiling is on by default) runs `runtime.GC()` first; then
+    `go_memstats_heap_inuse_bytes` from its `/metrics`. The live data without the garbage RSS still holds.
+    """
+    headers = {"Authorization": f"Bearer {api.token}", "Accept": "*/*"}
+    context = api.ssl_context()
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{api.server}/debug/pprof/heap?gc=1", headers=headers), context=context, timeout=300
+    ) as answer:
+        answer.read()
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{api.server}/metrics", headers=headers), context=context, timeout=60
+    ) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("go_memstats_heap_inuse_bytes "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("kube-apiserver reported no go_memstats_heap_inuse_bytes")
+
+
+def cluster_memory(plane: Any, api: ApiServer) -> dict[str, int]:
+    """What the cluster holds now, in bytes: kube-apiserver RSS and Go heap, etcd in use after compaction.
+
+    In this order: RSS once settled (`settled_apiserver_rss`), the heap after a forced GC
+    (`apiserver_heap_bytes`), then etcd compacted to its current revision and defragmented
+    (`object_size.etcd_compact`) and `etcd_mvcc_db_total_size_in_use_in_bytes` read
+    (`object_size.etcd_in_use`).
+    """
+    rss = settled_apiserver_rss(plane.processes["kube-apiserver"].pid)
+    heap = apiserver_heap_bytes(api)
+    etcd_compact(plane.etcd_url)
+    return {"apiserver_rss": rss, "apiserver_heap": heap, "etcd_in_use": etcd_in_use(plane)}
+
+
 async def read_all(url: str, ids: list[str]) -> None:
     """`tasks/get` every id once through the gateway (8 in flight), each answer checked."""
     gate = asyncio.Semaphore(8)
@@ -204,15 +269,25 @@ def unfinished_phase(plane: Any, api: ApiServer, sizes: list[int], idle_s: float
     return rows
 
 
-def finished_phase(plane: Any, sizes: list[int], tmp: Path) -> list[dict[str, Any]]:
+def finished_phase(plane: Any, api: ApiServer, sizes: list[int], tmp: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     plane.kubectl("create", "namespace", FINISHED_NS)
     plane.kubectl("apply", "-n", FINISHED_NS, "-f", str(TOOL_MANIFEST))
     ids: list[str] = []
     for size in [0, *sizes]:
+        create_s = 0.0
         if size > len(ids):
             print(f"  creating {size - len(ids):,} finished McpTasks…", flush=True)
+            started = time.monotonic()
             ids += asyncio.run(create_tasks(plane.kubeconfig, FINISHED_NS, size - len(ids), finished=True))
+            create_s = time.monotonic() - started
+        cluster = cluster_memory(plane, api)
+        print(
+            f"  {size:,} retained: kube-apiserver RSS {cluster['apiserver_rss'] / 2**20:.1f} MiB "
+            f"(Go heap after GC {cluster['apiserver_heap'] / 2**20:.1f} MiB), etcd in use after compaction "
+            f"{cluster['etcd_in_use'] / 2**20:.1f} MiB; created in {create_s:.0f} s",
+            flush=True,
+        )
         operator = start_operator(plane.kubeconfig, FINISHED_NS, tmp, f"operator-finished-{size}")
         gateway = start_gateway(plane, None, tmp, FINISHED_NS, f"gateway-finished-{size}")
         try:
@@ -220,6 +295,8 @@ def finished_phase(plane: Any, sizes: list[int], tmp: Path) -> list[dict[str, An
                 asyncio.run(read_all(gateway.url, ids[-1:]))  # the gateway answers: it has listed
             row = {
                 "retained": size,
+                "create_s": create_s,
+                **cluster,
                 "operator_rss": settled_rss(operator.pid),
                 "gateway_rss": settled_rss(gateway.process.pid),
             }
@@ -237,11 +314,56 @@ def finished_phase(plane: Any, sizes: list[int], tmp: Path) -> list[dict[str, An
     return rows
 
 
+def cluster_report(finished: list[dict[str, Any]]) -> list[str]:
+    """The cluster's cost per retained finished task as Markdown lines: the table, then the verdicts.
+
+    Per task = (figure at N - figure at 0) / N; marginal = (figure at N - figure at the size before) /
+    (N - that size), the slope a capacity plan multiplies by. Bytes, not kB, so no unit is ambiguous.
+    """
+    base = finished[0]
+    lines = [
+        "| retained finished tasks | kube-apiserver RSS | per task | marginal | Go heap after GC | per task "
+        "| etcd in use (compacted) | per task | marginal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    previous = base
+    for row in finished:
+        n = row["retained"]
+
+        def per(key: str, since: dict[str, Any], row: dict[str, Any] = row, n: int = n) -> str:
+            tasks = n - since["retained"]
+            return "-" if tasks <= 0 else f"{(row[key] - since[key]) / tasks:,.0f} B"
+
+        lines.append(
+            f"| {n:,} | {row['apiserver_rss'] / 2**20:,.1f} MiB | {per('apiserver_rss', base)} "
+            f"| {per('apiserver_rss', previous)} | {row['apiserver_heap'] / 2**20:,.1f} MiB "
+            f"| {per('apiserver_heap', base)} | {row['etcd_in_use'] / 2**20:,.1f} MiB | {per('etcd_in_use', base)} "
+            f"| {per('etcd_in_use', previous)} |"
+        )
+        previous = row
+    top = finished[-1]
+    if top["retained"]:
+        for key, name, target in (
+            ("apiserver_rss", "kube-apiserver RSS", TARGET_APISERVER_BYTES),
+            ("etcd_in_use", "etcd in use", TARGET_ETCD_BYTES),
+        ):
+            per_task = (top[key] - base[key]) / top["retained"]
+            verdict = "PASS" if per_task <= target else "MISS"
+            lines.append(
+                f"\n{name} {per_task:,.0f} B per retained finished task at {top['retained']:,}: "
+                f"{verdict} (target ≤ {target:,} B)"
+            )
+    return lines
+
+
 def report(unfinished: list[dict[str, Any]], finished: list[dict[str, Any]]) -> str:
+    """Both phases' figures as Markdown tables and verdict lines (the unfinished table only if it ran)."""
     lines = [
         "| unfinished idle tasks | Jobs timed | Jobs/s | idle operator CPU (share of a core) | target |",
         "|---|---|---|---|---|",
     ]
+    if not unfinished:
+        lines = []
     for row in unfinished:
         verdict = "PASS" if row["idle_cpu"] <= TARGET_IDLE_CPU else "MISS"
         lines.append(
@@ -249,6 +371,7 @@ def report(unfinished: list[dict[str, Any]], finished: list[dict[str, Any]]) -> 
             f"≤ {TARGET_IDLE_CPU:.0%}: {verdict} |"
         )
     base = finished[0]
+    lines += ["", *cluster_report(finished)]
     lines += [
         "",
         "| retained finished tasks | operator RSS | per task | gateway RSS | per task "
@@ -280,13 +403,22 @@ def report(unfinished: list[dict[str, Any]], finished: list[dict[str, Any]]) -> 
 def main() -> None:
     """Start a control plane, run both phases, print Markdown tables (and `--json`)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--unfinished", type=int, nargs="+", default=[1000, 10_000], help="unfinished task counts")
-    parser.add_argument("--finished", type=int, nargs="+", default=[1000, 10_000, 50_000], help="retained task counts")
+    parser.add_argument(
+        "--unfinished", type=int, nargs="*", default=[1000, 10_000], help="unfinished task counts (none: skip)"
+    )
+    parser.add_argument(
+        "--finished",
+        type=int,
+        nargs="+",
+        default=[1000, 10_000, 50_000],
+        help="retained task counts (the capacity table adds 100000)",
+    )
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
     from tests.controlplane import cluster
 
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mcptasks-scale-") as name:
         tmp = Path(name)
         try:
@@ -299,10 +431,11 @@ def main() -> None:
             print("unfinished, idle tasks:", flush=True)
             unfinished = unfinished_phase(plane, api, sorted(args.unfinished), args.idle_seconds, tmp)
             print("retained finished tasks:", flush=True)
-            finished = finished_phase(plane, sorted(args.finished), tmp)
+            finished = finished_phase(plane, api, sorted(args.finished), tmp)
     if args.json:
         args.json.write_text(json.dumps({"unfinished": unfinished, "finished": finished}, indent=2))
     print(report(unfinished, finished))
+    print(f"\nbench.scale took {(time.monotonic() - started) / 60:.1f} min")
 
 
 if __name__ == "__main__":
