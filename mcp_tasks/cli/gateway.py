@@ -199,9 +199,10 @@ async def build_gateway_app(settings: Settings) -> web.Application:
             await store.aclose()
             await close_api_client(cluster.api_client)
 
-    app = create_app(
-        services, authenticator, lifecycle, readiness=lambda: store.reflector.ready and catalog.reflector.ready
-    )
+    def readiness() -> str | None:  # local state only: a probe costs no API request
+        return store.reflector.not_ready_reason() or catalog.reflector.not_ready_reason()
+
+    app = create_app(services, authenticator, lifecycle, readiness=readiness)
     app[NAMESPACE_KEY] = cluster.namespace
     return app
 

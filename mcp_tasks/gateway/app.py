@@ -2,9 +2,10 @@
 
 `create_app` wires the `TaskStore`, `ToolCatalog`, `ArtifactStore` and `ToolExecutor` it is given;
 it creates nothing deployment-specific (cli does). Stateless across requests: any replica answers any
-task. `/healthz` answers 200 once the app is serving (liveness); `/readyz` answers 200 while the
-deployment's `readiness` check holds (the Kubernetes gateway: its McpTask and McpTool caches are synced
-and watched), else 503.
+task. `/healthz` answers 200 once the app is serving (liveness: a lost API server never restarts a
+gateway); `/readyz` answers 200 while the deployment's `readiness` check holds (the Kubernetes gateway:
+its McpTask and McpTool caches are synced and watched, and the API server was reachable within the last
+seconds, `store.kubernetes.watch.UNREACHABLE_AFTER_S`), else 503 with the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from mcp_tasks.protocol import constants
 MCP_PATH = "/mcp"
 
 
-READINESS_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("readiness")
+READINESS_KEY: web.AppKey[Callable[[], str | None]] = web.AppKey("readiness")
+"""Why the gateway cannot serve now (a short sentence, never a secret), or None when it can."""
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -36,9 +38,10 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    if request.app[READINESS_KEY]():
+    reason = request.app[READINESS_KEY]()
+    if reason is None:
         return web.json_response({"status": "ready"})
-    return web.json_response({"status": "not ready: the task and tool caches are not synced"}, status=503)
+    return web.json_response({"status": "not ready", "reason": reason}, status=503)
 
 
 _METERED_METHODS: Final = frozenset(
@@ -103,7 +106,7 @@ def create_app(
     services: Services,
     authenticator: Authenticator | identity_gate.Gate,
     lifecycle: Callable[[web.Application], AsyncIterator[None]] | None = None,
-    readiness: Callable[[], bool] | None = None,
+    readiness: Callable[[], str | None] | None = None,
 ) -> web.Application:
     """Build the gateway application.
 
@@ -112,7 +115,9 @@ def create_app(
         authenticator: maps request headers to an `Owner`: an `identity_gate.Gate` (OIDC, ServiceAccount
             and static tokens), or one `Authenticator` (static tokens, or the local principal).
         lifecycle: optional `cleanup_ctx` generator that opens and closes what `services` depend on.
-        readiness: what `GET /readyz` reports (default: always ready once serving).
+        readiness: what `GET /readyz` reports: None when ready, else why not in a short sentence (no
+            secret: the probe is unauthenticated); 503 with `{"status": "not ready", "reason": ...}`.
+            Called on every probe, so it must be cheap (no I/O). Default: always ready once serving.
     """
     app = web.Application(client_max_size=services.settings.max_body_bytes, middlewares=[_metered])
     app[transport.SERVICES_KEY] = services
@@ -121,7 +126,7 @@ def create_app(
     gate = identity_gate.gate_for(authenticator, services.settings.server_name, MCP_PATH)
     identity_gate.install(app, gate, services.catalog)
     app[listen.SHUTDOWN_KEY] = asyncio.Event()
-    app[READINESS_KEY] = readiness or (lambda: True)
+    app[READINESS_KEY] = readiness or (lambda: None)
     if lifecycle is not None:
         app.cleanup_ctx.append(lifecycle)
 

@@ -22,9 +22,12 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from mcp_tasks.operator.credentials import PodIdentity
 from mcp_tasks.operator.leadership import LeaderElection, LeaseTiming
+from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.client import close_api_client
+from mcp_tasks.store.kubernetes.watch import Reflector
 from mcp_tasks.tasks.errors import StoreUnavailable
+from tests.conftest import until
 
 WAIT_S = 5.0
 """Bound of every wait in these tests, in seconds."""
@@ -247,3 +250,91 @@ async def test_a_token_review_the_api_server_never_answers_refuses_the_token(fak
     async with asyncio.timeout(WAIT_S):
         assert await identity.task_of("a-projected-token") is None
     assert fake_api.requests == ["POST /apis/authentication.k8s.io/v1/tokenreviews"]
+
+
+async def test_every_connection_of_the_api_client_sends_tcp_keepalive_probes(
+    fake_api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our choice: a WATCH whose packets are dropped ends within seconds (the kernel's keepalive), not at
+    its read timeout minutes later; every socket `open_api_client` opens comes from `keepalive_socket`."""
+    made: list[socket.socket] = []
+    factory = client.keepalive_socket
+
+    def recording(addr_info: Any) -> socket.socket:
+        made.append(factory(addr_info))
+        return made[-1]
+
+    monkeypatch.setattr(client, "keepalive_socket", recording)
+    fake_api.answer = status_answer(404)
+    api_client = client.open_api_client(Configuration(host=fake_api.url))
+    try:
+        with pytest.raises(client.NotFound):
+            await client.call(client.Apis(api_client).core.read_namespaced_pod, "p", "ns", timeout_s=WAIT_S)
+        assert made, "the request's connection came from the keepalive socket factory"
+        (sock, *_) = made
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == client.KEEPALIVE_IDLE_S
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == client.KEEPALIVE_INTERVAL_S
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == client.KEEPALIVE_PROBES
+    finally:
+        await close_api_client(api_client)
+
+
+class _Discard:
+    """A `ReflectorSink` that keeps nothing."""
+
+    def listed_page(self, items: Any) -> None:
+        return None
+
+    def listed(self, names: set[str]) -> None:
+        return None
+
+    def apply_event(self, kind: str, obj: JsonObject) -> None:
+        return None
+
+
+async def test_a_reflector_that_cannot_reach_the_api_server_is_unready_until_it_watches_again(
+    fake_api: FakeApi, api: ApiClient
+) -> None:
+    """Our choice (a gateway's `/readyz`): once the WATCH ends and the API server answers nothing but
+    errors for longer than `unreachable_after_s`, the reflector says why it is not ready; as soon as a
+    WATCH is open again it is ready. Nothing but the loop's own requests reaches the server."""
+    reachable = asyncio.Event()
+    reachable.set()
+    lost = asyncio.Event()
+
+    async def server(request: web.Request) -> web.StreamResponse:
+        if not reachable.is_set():
+            return await status_answer(503)(request)
+        if request.query.get("watch") != "true":
+            return web.json_response({"kind": "List", "items": [], "metadata": {"resourceVersion": "7"}})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"")
+        await lost.wait()  # the stream stays open until the test takes the server away
+        return response
+
+    fake_api.answer = server
+    reflector = Reflector(api, _Discard(), plural="mcptasks", namespace="ns", unreachable_after_s=0.3)
+    await reflector.start(timeout_s=WAIT_S)
+    try:
+        await until(lambda: reflector.watches_started >= 1)
+        assert reflector.not_ready_reason() is None
+        requests_while_ready = len(fake_api.requests)
+        for _ in range(100):  # readiness reads local state only
+            assert reflector.ready
+        assert len(fake_api.requests) == requests_while_ready
+
+        reachable.clear()
+        lost.set()  # the open WATCH ends; every later request is refused
+        reason = await until(reflector.not_ready_reason)
+        assert "API server unreachable" in reason and "mcptasks" in reason, reason
+
+        lost.clear()
+        reachable.set()
+        await until(lambda: reflector.ready)
+        assert reflector.watches_started >= 2
+    finally:
+        lost.set()
+        await reflector.aclose()

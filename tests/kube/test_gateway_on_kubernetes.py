@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,11 +17,13 @@ from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
+from mcp_tasks.store.kubernetes.watch import UNREACHABLE_AFTER_S
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.interfaces import Writer, transact, utc_now
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.clients import typescript
+from tests.conftest import until as shared_until
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e.test_legacy_clients import call_to_the_end, cancel_notification, initialize, legacy_post, open_call
 from tests.kube.conftest import Gateways, Operators, client, get_object, sep_hello_world, until
@@ -303,3 +308,127 @@ async def test_a_legacy_cancel_with_a_repeated_id_stops_its_sessions_call_throug
         for response, _, pump in opened:
             pump.cancel()
             response.close()
+
+
+class ApiRelay:
+    """A TCP relay on 127.0.0.1 to the test API server that the test can take away (`cut`: connections
+    closed, new ones refused, as when the API server is down) and bring back on the same port (`restore`)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Refuse new connections and close every open one; return when their relays ended (5 s bound)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.close()
+        async with asyncio.timeout(5):
+            while self._handlers:
+                await asyncio.wait(set(self._handlers))
+
+    async def restore(self) -> None:
+        await self.start()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        self._handlers.add(current)
+        self._writers.add(writer)
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            self._writers.discard(writer)
+            self._handlers.discard(current)
+            return
+        self._writers.add(upstream_writer)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._pipe(reader, upstream_writer), name="relay-up")
+                group.create_task(self._pipe(upstream_reader, writer), name="relay-down")
+        finally:
+            self._writers.difference_update({writer, upstream_writer})
+            self._handlers.discard(current)
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+
+@pytest.fixture
+async def api_relay(control_plane: ControlPlane) -> AsyncIterator[ApiRelay]:
+    """A relay to the API server, requested before `gateways` so it outlives the gateways' shutdown."""
+    relay = ApiRelay(control_plane.address, control_plane.api_port)
+    await relay.start()
+    try:
+        yield relay
+    finally:
+        with contextlib.suppress(TimeoutError):
+            await relay.cut()
+
+
+def kubeconfig_through(plane: ControlPlane, relay: ApiRelay, folder: Path) -> Path:
+    """The admin kubeconfig with its server replaced by the relay (same address, so the certificate fits)."""
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    path = folder / "relayed.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_a_gateway_that_loses_the_api_server_is_unready_but_alive_until_it_watches_again(
+    control_plane: ControlPlane,
+    api_relay: ApiRelay,
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """Our choice (docs/kubernetes.md §1, the gateway's probes): while the API server is unreachable for
+    longer than `UNREACHABLE_AFTER_S`, `/readyz` answers 503 with a reason (the kubelet takes the replica
+    out of its Service: its caches may be stale) and `/healthz` stays 200 (no restart); once it lists and
+    watches again it is ready."""
+    assert control_plane.address == "127.0.0.1"
+    gateway = await gateways.start(kubeconfig=kubeconfig_through(control_plane, api_relay, tmp_path))
+    base = gateway.url.removesuffix("/mcp")
+
+    async def probe(path: str) -> tuple[int, dict[str, Any]]:
+        async with http_session.get(f"{base}{path}") as response:
+            return response.status, await response.json()
+
+    assert await probe("/readyz") == (200, {"status": "ready"})
+    await api_relay.cut()
+    cut_at = asyncio.get_running_loop().time()
+
+    async def unready() -> dict[str, Any] | None:
+        status, body = await probe("/readyz")
+        return body if status == 503 else None
+
+    body = await shared_until(unready, timeout_s=UNREACHABLE_AFTER_S + 30, interval_s=0.2)
+    assert asyncio.get_running_loop().time() - cut_at >= UNREACHABLE_AFTER_S, "not before the bound"
+    assert body["status"] == "not ready" and "API server unreachable" in body["reason"], body
+    assert await probe("/healthz") == (200, {"status": "ok"})
+
+    await api_relay.restore()
+
+    async def ready() -> bool:
+        return (await probe("/readyz"))[0] == 200
+
+    await until(ready, timeout_s=30)

@@ -23,6 +23,13 @@ benchmark measured about 0.6 ms per task create). The API server is reached with
 client certificate, never netrc; `open_api_client` turns that lookup off unless a proxy is configured
 through the environment (`HTTP(S)_PROXY`), which `trust_env` is also what honours.
 
+TCP keepalive: a WATCH waits for the server without sending anything, so a connection whose packets are
+dropped (a network partition, a firewall, an API server host that vanished) would look like a quiet
+watch until the read timeout (`timeoutSeconds` + 30 s, minutes). `open_api_client` makes every socket
+of the client send keepalive probes after `KEEPALIVE_IDLE_S` of silence, so the kernel ends such a
+connection within about `KEEPALIVE_IDLE_S + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL_S` seconds; the watch
+then fails and reconnects, and readiness says the API server is unreachable (`watch.Reflector`).
+
 Closing: the session talks TLS; `close()` starts closing those transports and an SSL transport needs a
 few more loop iterations to finish (aiohttp's "graceful shutdown"). Stopping the loop right after
 `close()` leaves them to the garbage collector, which warns about unclosed transports.
@@ -36,10 +43,12 @@ import collections
 import contextlib
 import json
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final
 
 import aiohttp
+from aiohttp.connector import AddrInfoType
 from kubernetes_asyncio.client import (
     ApiClient,
     AppsV1Api,
@@ -65,6 +74,12 @@ WATCH_READ_GRACE_S: Final = 30.0
 MESSAGE_LIMIT: Final = 300
 """Characters of the API server's message kept in an `ApiError`."""
 
+KEEPALIVE_IDLE_S: Final = 3
+"""Seconds of silence on an API connection before the kernel sends the first TCP keepalive probe."""
+KEEPALIVE_INTERVAL_S: Final = 1
+"""Seconds between unanswered TCP keepalive probes."""
+KEEPALIVE_PROBES: Final = 3
+"""Unanswered probes after which the kernel ends the connection (the read fails with a connection error)."""
 
 PROXY_VARIABLES: Final = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
@@ -306,11 +321,43 @@ async def watch(
         response.release()
 
 
+def keepalive_socket(addr_info: AddrInfoType) -> socket.socket:
+    """A TCP socket for `addr_info` (a `getaddrinfo` entry) that sends keepalive probes (module docstring).
+
+    The probe timing (`KEEPALIVE_*`) is set where the platform has the options (Linux, macOS); elsewhere
+    only `SO_KEEPALIVE`, with the system's timing.
+
+    Raises:
+        OSError: the socket could not be created.
+    """
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in (
+            ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+            ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+            ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+        ):
+            if hasattr(socket, option):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def open_api_client(configuration: Configuration) -> ApiClient:
-    """An `ApiClient` for `configuration`, without per-request netrc lookups when no proxy is configured."""
+    """An `ApiClient` for `configuration` whose connections send TCP keepalive probes (`keepalive_socket`),
+    without per-request netrc lookups when no proxy is configured (module docstring).
+    """
     api_client = ApiClient(configuration)
+    session = api_client.rest_client.pool_manager
+    # kubernetes_asyncio builds its TCPConnector itself and takes no socket factory: set the connector's
+    # (the attribute its `socket_factory` argument fills, read at each connection).
+    if isinstance(session.connector, aiohttp.TCPConnector):
+        session.connector._socket_factory = keepalive_socket
     if not any(os.environ.get(name) for name in PROXY_VARIABLES):
-        session = api_client.rest_client.pool_manager
         session._trust_env = False  # aiohttp has no setter; see the module docstring
     return api_client
 

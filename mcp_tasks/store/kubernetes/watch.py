@@ -7,7 +7,12 @@ one page, not the whole collection), then WATCH from there with bookmarks. When 
 no event is lost; when that version is too old (`410 Gone`), it lists again and replaces the copy.
 Transient errors back off exponentially (0.2 s doubling to 5 s). Every request goes through the API edge
 (`client`): each LIST page is bounded by `request_timeout_s`, each WATCH by its server-side
-`timeoutSeconds` and a read timeout.
+`timeoutSeconds` and a read timeout (and, on a connection that went silent, the API client's TCP
+keepalive: `client.open_api_client`).
+
+`not_ready_reason()` is what a readiness probe asks: the copy was listed once and the loop runs, and the
+loop has not gone `unreachable_after_s` seconds without an open WATCH or a completed LIST (the API server
+is then unreachable and the copy may be stale). It reads only local state: a probe costs no API request.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ BACKOFF_INITIAL_S: Final = 0.2
 BACKOFF_MAX_S: Final = 5.0
 
 PAGE_SIZE: Final = 500
+
+UNREACHABLE_AFTER_S: Final = 5.0
+"""How long the loop may go without an open WATCH or a completed LIST before `Reflector.not_ready_reason`
+reports the API server unreachable, in seconds. Long enough to ride out a reconnection's backoff after
+the server ends a WATCH (milliseconds) or restarts (a second or two), short enough that a kubelet takes a
+replica that lost the API server out of its Service within its probe period. Ready again as soon as a
+WATCH is open or a LIST completes."""
 
 
 class ReflectorSink(Protocol):
@@ -104,6 +116,8 @@ class Reflector:
             the loop then resumes from the last seen `resourceVersion`.
         label_selector: optional label selector for the LIST and WATCH.
         page_size: objects per LIST page (`limit`).
+        unreachable_after_s: how long without an open WATCH or a completed LIST makes the collection
+            unready, in seconds (default `UNREACHABLE_AFTER_S`).
     """
 
     def __init__(
@@ -118,6 +132,7 @@ class Reflector:
         watch_timeout_s: int = 300,
         label_selector: str | None = None,
         page_size: int = PAGE_SIZE,
+        unreachable_after_s: float = UNREACHABLE_AFTER_S,
     ) -> None:
         self._api = client.Apis(api_client).objects
         self._coordinates = (group, version, namespace, plural)
@@ -127,6 +142,9 @@ class Reflector:
         self._label_selector = label_selector
         self._resource_version: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._unreachable_after_s = unreachable_after_s
+        self._lost_since: float | None = None
+        """Loop time (s) since which no WATCH has been open and no LIST completed; None while one is."""
         self.synced = asyncio.Event()
         """Set once the first LIST has been delivered."""
         self.watches_started = 0
@@ -136,8 +154,34 @@ class Reflector:
 
     @property
     def ready(self) -> bool:
-        """True once the first LIST was delivered while the watch loop runs (a readiness probe's answer)."""
-        return self.synced.is_set() and self._task is not None and not self._task.done()
+        """True when `not_ready_reason()` is None."""
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the local copy cannot be trusted now, in a short sentence for a readiness probe; None when it can.
+
+        Not ready: before the first LIST was delivered, once the loop stopped, and while the loop has gone
+        more than `unreachable_after_s` seconds without an open WATCH or a completed LIST (the API server
+        is unreachable: refused, black-holed, or answering errors). Local state only: no API request.
+        """
+        plural = self._coordinates[3]
+        if not self.synced.is_set() or self._task is None or self._task.done():
+            return f"{plural} not listed and watched yet"
+        lost_for_s = self.lost_for_s
+        if lost_for_s > self._unreachable_after_s:
+            return f"API server unreachable: no watch of {plural} for {lost_for_s:.0f} s"
+        return None
+
+    @property
+    def lost_for_s(self) -> float:
+        """How long, in seconds, the loop has gone without an open WATCH or a completed LIST (0.0 while one is)."""
+        if self._lost_since is None:
+            return 0.0
+        return asyncio.get_running_loop().time() - self._lost_since
+
+    def _mark_lost(self) -> None:
+        if self._lost_since is None:
+            self._lost_since = asyncio.get_running_loop().time()
 
     @property
     def resource_version(self) -> str | None:
@@ -200,17 +244,20 @@ class Reflector:
             listed_at = (page.get("metadata") or {}).get("resourceVersion")  # the last page's is the listing's
         self._resource_version = listed_at
         await _call(self._sink.listed, names)
+        self._lost_since = None
         self.synced.set()
 
     async def _run(self) -> None:
         delay = BACKOFF_INITIAL_S
         while True:
+            self._mark_lost()  # until the WATCH below is open
             try:
                 await self._watch_once()
                 delay = BACKOFF_INITIAL_S
             except asyncio.CancelledError:
                 raise
             except client.Gone:
+                self._mark_lost()
                 logger.info(
                     "%s watch expired at resourceVersion %s; listing again",
                     self._coordinates[3],
@@ -219,6 +266,7 @@ class Reflector:
                 await self._relist(delay)
                 self.relists += 1
             except Exception as exc:  # the loop must survive any transient failure
+                self._mark_lost()
                 logger.warning("%s watch failed (%s); retrying in %.1f s", self._coordinates[3], exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
@@ -250,6 +298,7 @@ class Reflector:
         async with client.watch(
             call, group, version, namespace, plural, server_timeout_s=self._watch_timeout_s, **kwargs
         ) as events:
+            self._lost_since = None
             self.watches_started += 1
             async for event in events:
                 await self._handle(event)
