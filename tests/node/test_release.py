@@ -28,7 +28,7 @@ from tests.kube.conftest import sep_hello_world
 from tests.metrics import scrape
 from tests.metrics import value as sample
 from tests.node import images
-from tests.node.cluster import NODE_NAME, RealNode
+from tests.node.cluster import NODE_IP, NODE_NAME, RealNode
 
 CHART = REPO / "charts" / "mcp-tasks"
 CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
@@ -38,6 +38,8 @@ TOKEN = "real-node-token"
 INSTALL_TIMEOUT = "300s"
 TASK_WAIT_S = 120.0
 """A tool Job's pod starts in seconds on an idle node; the machine is shared, so allow minutes."""
+TOOL_CPU_LIMIT = "2"
+"""`toolDefaults.resources.limits.cpu` of the release (the chart sets none; a quota on `limits.cpu` needs one)."""
 
 
 @dataclass
@@ -152,6 +154,8 @@ def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> It
         *("--set", f"image.repository={repository}", "--set", f"image.tag={tag}"),
         *("--set", "auth.existingSecret=mcp-tasks-tokens", "--set", "examples.enabled=true"),
         *("--set", f"persistence.storageClass={storage_class}", "--set", "persistence.size=1Gi"),
+        # with the chart's requests and memory limit, every resource a cpu/memory ResourceQuota names
+        *("--set", f"toolDefaults.resources.limits.cpu={TOOL_CPU_LIMIT}"),
         timeout_s=600,
     )
     with port_forward(plane, namespace, f"service/{GATEWAY_SERVICE}", 80) as port:
@@ -333,6 +337,189 @@ async def test_the_task_completes_with_one_job_when_the_operator_pods_are_delete
     jobs = [job["metadata"]["name"] for job in release.json("jobs")["items"] if task_id in job["metadata"]["name"]]
     assert jobs == [f"mcptask-{task_id}"]
     assert len(release.job_pods(task_id)) == 1, "the run was not started again"
+
+
+QUOTA = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": "tools"},
+    "spec": {"hard": {"requests.cpu": "8", "requests.memory": "8Gi", "limits.cpu": "16", "limits.memory": "16Gi"}},
+}
+
+
+def _restricted_pod(name: str) -> dict[str, Any]:
+    """A pod that Pod Security `restricted` admits, with no requests or limits."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": images.IMAGE,
+                    "command": ["true"],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }
+
+
+async def test_a_namespace_with_a_cpu_and_memory_quota_admits_tool_pods_shaped_by_tool_defaults(
+    release: Release, mcp: McpHttp
+) -> None:
+    """Issue 20 item 4: a ResourceQuota on requests and limits of cpu and memory refuses a pod without
+    them; the chart's `toolDefaults.resources` give every tool pod all four, so a task's Job pod is
+    admitted and the task completes (the resourcequota controller computes the quota's usage, without
+    which its admission refuses every pod)."""
+    plane, namespace = release.plane, release.namespace
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(QUOTA))
+    try:
+
+        def computed() -> bool:
+            used = (release.json("resourcequota", "tools").get("status") or {}).get("used") or {}
+            return set(QUOTA["spec"]["hard"]) <= set(used)  # type: ignore[index]
+
+        await until(computed, timeout_s=60, interval_s=0.5)
+        bare = f"no-limits-{secrets.token_hex(3)}"
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            plane.kubectl("create", "-n", namespace, "-f", "-", input_text=json.dumps(_restricted_pod(bare)))
+        assert "must specify" in refused.value.stderr and "limits.cpu" in refused.value.stderr, refused.value.stderr
+
+        task_id = await mcp.start_task("divide", {"dividend": 6, "divisor": 3})
+        done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+        assert done["status"] == "completed", done
+        assert done["result"]["content"][0]["text"] == "6 / 3 = 2.0"
+        (pod,) = release.job_pods(task_id)
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["requests"] == {"cpu": "100m", "memory": "128Mi"}, resources
+        assert resources["limits"] == {"cpu": TOOL_CPU_LIMIT, "memory": "1Gi"}, resources
+    finally:
+        plane.kubectl("delete", "resourcequota", "tools", "-n", namespace, "--ignore-not-found")
+
+
+async def test_an_env_var_from_a_secret_reaches_the_tool_and_not_the_job_spec(release: Release, mcp: McpHttp) -> None:
+    """Issue 20 item 4: `container.env[].valueFrom.secretKeyRef` becomes the pod's own reference (the
+    operator never reads the value); the kubelet resolves it and the tool sees the value."""
+    plane, namespace = release.plane, release.namespace
+    value = f"s3cr3t-{secrets.token_hex(8)}"
+    plane.kubectl("create", "secret", "generic", "tool-credential", "-n", namespace, f"--from-literal=token={value}")
+    tool = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpTool",
+        "metadata": {"name": "show-credential"},
+        "spec": {
+            "name": "show_credential",
+            "description": "Answers the credential its Secret gave it (a test tool).",
+            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+            "execution": {"taskPolicy": "optional"},
+            "container": {
+                "image": images.IMAGE,
+                "command": [
+                    "python",
+                    "-c",
+                    "import os; from mcp_tasks.runtime import run; "
+                    "run(lambda ctx: 'credential=' + os.environ['TOOL_CREDENTIAL'])",
+                ],
+                "env": [
+                    {
+                        "name": "TOOL_CREDENTIAL",
+                        "valueFrom": {"secretKeyRef": {"name": "tool-credential", "key": "token"}},
+                    }
+                ],
+            },
+        },
+    }
+    plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(tool))
+    try:
+
+        async def listed() -> bool:
+            tools = (await mcp.request(constants.METHOD_TOOLS_LIST, {})).result["tools"]
+            return any(t["name"] == "show_credential" for t in tools)
+
+        await until(listed, timeout_s=60, interval_s=0.5)
+        task_id = await mcp.start_task("show_credential")
+        done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+        assert done["status"] == "completed", done
+        assert done["result"]["content"][0]["text"] == f"credential={value}"
+        job = release.json("job", f"mcptask-{task_id}")
+        assert value not in json.dumps(job), "the Job holds the reference, not the value"
+        (env,) = [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "TOOL_CREDENTIAL"]
+        assert env["valueFrom"] == {"secretKeyRef": {"name": "tool-credential", "key": "token"}}, env
+    finally:
+        plane.kubectl("delete", "mcptool", "show-credential", "-n", namespace, "--ignore-not-found")
+        plane.kubectl("delete", "secret", "tool-credential", "-n", namespace, "--ignore-not-found")
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+@pytest.mark.timeout(600)
+async def test_a_gateway_pod_cut_off_from_the_api_server_leaves_its_service_unrestarted_and_comes_back(
+    release: Release,
+) -> None:
+    """Issue 20 item 3, the probes for real: with every packet between one gateway pod and the API server
+    dropped (host iptables rules on the pod's address and the API server's port, which `kubernetes.default`
+    leads to), its watches fail, `/readyz` answers 503, the kubelet marks the pod not Ready and the
+    EndpointSlice controller takes it out of the gateway Service; `/healthz` stays 200, so the kubelet
+    does not restart it. Without the rules it is Ready and back behind the Service."""
+    plane = release.plane
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=gateway"
+    pods = [p for p in release.json("pods", "-l", selector)["items"] if _ready(p)]
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    pod = pods[0]
+    name, address = pod["metadata"]["name"], pod["status"]["podIP"]
+    restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+    port = str(plane.api_port)
+    rules = [
+        ["INPUT", "-s", address, "-d", NODE_IP, "-p", "tcp", "--dport", port, "-j", "DROP"],
+        ["OUTPUT", "-s", NODE_IP, "-d", address, "-p", "tcp", "--sport", port, "-j", "DROP"],
+    ]
+    own_url = f"http://{address}:"
+
+    def serving(url: str) -> bool:
+        return url.startswith(own_url)
+
+    try:
+        for rule in rules:
+            subprocess.run(["iptables", "-I", *rule], check=True, timeout=30)
+
+        def unready() -> dict[str, Any] | None:
+            current = release.json("pod", name)
+            out_of_service = not any(serving(u) for u in endpoint_urls(release, GATEWAY_SERVICE, "mcp", "/mcp"))
+            return current if not _ready(current) and out_of_service else None
+
+        current = await until(unready, timeout_s=180, interval_s=1.0)
+        (container,) = current["status"]["containerStatuses"]
+        assert container["restartCount"] == restarts and "running" in container["state"], container
+        # the reason `/readyz` gives, read inside the pod (exec goes through the API server and the kubelet)
+        reason = plane.kubectl(
+            "exec",
+            "-n",
+            release.namespace,
+            name,
+            "--",
+            "python",
+            "-c",
+            "import urllib.request as u, urllib.error as e\n"
+            "try: u.urlopen('http://127.0.0.1:8000/readyz')\nexcept e.HTTPError as x: print(x.code, x.read().decode())",
+        )
+        assert reason.startswith("503") and "API server unreachable" in reason, reason
+    finally:
+        for rule in rules:
+            subprocess.run(["iptables", "-D", *rule], check=False, timeout=30)
+
+    def back() -> bool:
+        current = release.json("pod", name)
+        in_service = any(serving(u) for u in endpoint_urls(release, GATEWAY_SERVICE, "mcp", "/mcp"))
+        return _ready(current) and in_service
+
+    await until(back, timeout_s=180, interval_s=1.0)
+    (container,) = release.json("pod", name)["status"]["containerStatuses"]
+    assert container["restartCount"] == restarts, "a lost API server does not restart the gateway"
 
 
 # The last two change the release itself: the module's port-forward goes to a pod the upgrade replaces.
