@@ -54,9 +54,10 @@ KUBE_WAIT_S = 60.0
 """How long the kube tests wait for the cluster to converge (a control plane on a loaded machine)."""
 
 
-async def until(check: Callable[..., object], timeout_s: float = KUBE_WAIT_S) -> None:
-    """`tests.conftest.until` with the kube tests' bound, reading every 0.2 s (each read runs kubectl)."""
-    await shared_until(check, timeout_s=timeout_s, interval_s=0.2)
+async def until(check: Callable[..., Any], timeout_s: float = KUBE_WAIT_S) -> Any:
+    """`tests.conftest.until` with the kube tests' bound, reading every 0.2 s (each read runs kubectl);
+    the first truthy value of `check()`."""
+    return await shared_until(check, timeout_s=timeout_s, interval_s=0.2)
 
 
 @pytest.fixture(scope="session")

@@ -140,3 +140,75 @@ async def test_arguments_over_the_body_limit_get_the_same_error_in_both_deployme
         assert (status, error) == replies["embedded", size], size
         assert status == 413 and error["code"] == jsonrpc.INVALID_REQUEST
         assert error["message"] == "Request body exceeds 1048576 bytes; send less"
+
+
+def refusing_policy(namespace: str) -> str:
+    """A platform team's ValidatingAdmissionPolicy (and binding) refusing McpTasks of `arguments_digest`
+    in `namespace`, with reason `Invalid` (the API server answers 422)."""
+    name = f"no-digests-{namespace}"
+    return yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                        "resourceRules": [
+                            {
+                                "apiGroups": ["mcptasks.io"],
+                                "apiVersions": ["*"],
+                                "operations": ["CREATE"],
+                                "resources": ["mcptasks"],
+                            }
+                        ],
+                    },
+                    "validations": [
+                        {
+                            "expression": "object.spec.tool != 'arguments_digest'",
+                            "message": "digests are not allowed here",
+                            "reason": "Invalid",
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name},
+                "spec": {"policyName": name, "validationActions": ["Deny"]},
+            },
+        ]
+    )
+
+
+async def test_a_task_the_cluster_refuses_says_why_and_leaves_no_arguments_behind(
+    gateways: Gateways, control_plane: ControlPlane, namespace: str, tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Arguments are written before the McpTask is POSTed: when the API server refuses the McpTask (an
+    admission policy here), the client gets the policy's words as invalid params, and the artifact goes."""
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump(digest_tool()))
+    policy = refusing_policy(namespace)
+    control_plane.kubectl("apply", "-f", "-", input_text=policy)
+    try:
+        gateway = await gateways.start()
+        await until(lambda: gateway.services.catalog.get_tool("arguments_digest") is not None)
+        mcp = client(http_session, gateway)
+
+        async def refused() -> Reply | None:  # the API server loads a new policy within a second or so
+            reply = await call(mcp, "arguments_digest", {"small": True})
+            return reply if "error" in reply.body else None
+
+        small: Reply = await until(refused, timeout_s=WAIT_S)
+        assert (
+            small.error["code"] == jsonrpc.INVALID_PARAMS and "digests are not allowed here" in small.error["message"]
+        )
+        large = await call(mcp, "arguments_digest", large_arguments(900 * 1024))
+        assert large.error["code"] == jsonrpc.INVALID_PARAMS, large.body
+        assert "digests are not allowed here" in large.error["message"]
+        artifacts = tmp_path / "artifacts"
+        assert not artifacts.exists() or not any(artifacts.iterdir()), "the refused task's arguments are gone"
+    finally:
+        control_plane.kubectl("delete", "-f", "-", input_text=policy)

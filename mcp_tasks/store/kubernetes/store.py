@@ -288,12 +288,15 @@ class KubernetesTaskStore:
 
         Arguments above `inline_arguments_max_bytes` are first written as the task's artifact and the
         McpTask carries `spec.argumentsRef` instead (`tasks.arguments.split`); the record returned then
-        has empty `arguments` and its `arguments_ref`.
+        has empty `arguments` and its `arguments_ref`. When the API server refuses the McpTask for
+        certain (an error answer other than 409), that artifact is deleted again.
 
         Raises:
             VersionConflict: an McpTask of this name already exists.
-            UnstorableValue: the McpTask would exceed `max_object_bytes` (answers too large), or an
-                inline argument or answer holds an integer beyond 64 bits.
+            UnstorableValue: the McpTask would exceed `max_object_bytes` (answers too large), an
+                inline argument or answer holds an integer beyond 64 bits, or the API server refused
+                the object as invalid (422: its schema, or an admission policy; the message is its own).
+            client.ApiError: any other refusal (e.g. 403: the gateway's account may not create McpTasks).
             StoreUnavailable: the API server or the artifact store cannot take the task now.
         """
         data: bytes | None = None
@@ -316,9 +319,29 @@ class KubernetesTaskStore:
             )
         except client.Conflict as exc:
             raise VersionConflict(f"task {record.task_id} already exists") from exc
+        except client.ApiError as exc:
+            if data is not None:  # refused for certain (not a timeout: the McpTask may exist then)
+                await self._drop_orphaned_arguments(record.task_id)
+            if isinstance(exc, client.Invalid):  # the CRD's schema or an admission policy (reason Invalid)
+                raise UnstorableValue(f"the cluster refused the task: {exc.message or exc}") from exc
+            raise
         stored = self._decode(self._remember(created, notify=True, created=True))
         self._observers.notify(None, stored)
         return stored
+
+    async def _drop_orphaned_arguments(self, task_id: str) -> None:
+        """Delete the arguments artifact of a task the API server refused to create (nothing else would).
+
+        Only after a definite refusal (an error answer other than 409): after a timeout or a 5xx the
+        McpTask may exist, and a conflict means another task holds the id, so their artifacts stay.
+        Best effort: a failure is logged, never raised over the create's own error.
+        """
+        if self._artifacts is None:
+            return
+        try:
+            await self._artifacts.delete_task(task_id)
+        except OSError as exc:
+            logger.warning("could not delete the arguments of refused task %s: %s", task_id, exc)
 
     async def get(
         self, task_id: str, owner: Owner | None = None, *, fresh: bool = False, summary: bool = False
