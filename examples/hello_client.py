@@ -16,6 +16,7 @@ import httpx2
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.client import TasksClientExtension
@@ -52,5 +53,20 @@ async def main(url: str) -> None:
             print(result.content[0].text)  # type: ignore[union-attr]
 
 
+def first_error(exc: BaseException) -> BaseException:
+    """The error that started it: the SDK's task groups wrap a refusal or a lost connection in groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000/mcp"))
+    url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000/mcp"
+    try:
+        asyncio.run(main(url))
+    except (MCPError, httpx2.HTTPError, OSError, BaseExceptionGroup) as exc:
+        cause = first_error(exc)
+        if not isinstance(cause, MCPError | httpx2.HTTPError | OSError):
+            raise
+        hint = " (is `make run` serving there?)" if isinstance(cause, httpx2.ConnectError | OSError) else ""
+        sys.exit(f"{url}: {type(cause).__name__}: {cause}{hint}")

@@ -476,7 +476,7 @@ def cancel(record: TaskRecord, now: datetime, status_message: str = "Cancelled a
 
 
 def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
-    """Prepare an idempotent task whose worker vanished for a fresh run.
+    """Prepare an idempotent task whose run ended without a result (worker lost, server stopped) for a fresh run.
 
     Pending requests and unconsumed answers belong to the lost run and are dropped; issued keys are kept
     so the new run can never reuse one.
@@ -490,7 +490,10 @@ def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
         input_wait_ms=0,
         input_required_since=None,
         lease=None,
-        status_message="Restarted after the previous worker was lost (tool is idempotent)",
+        status_message=(
+            "Run again from the start: its previous run ended without a result (a lost worker or a stopped "
+            "server; the tool is idempotent)"
+        ),
     )
 
 

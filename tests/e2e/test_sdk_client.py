@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ from mcp_types import ElicitRequestParams, ElicitResult
 
 from mcp_tasks.client import TaskCancelled, TaskFailed, TasksClientExtension
 from mcp_tasks.protocol.models import GetTaskResult, TaskStatus
-from tests.conftest import Embedded, McpHttp, until
+from tests.conftest import REPO, Embedded, McpHttp, until
+from tests.controlplane.cluster import free_port
 
 
 def answering(content: dict[str, Any]) -> Any:
@@ -151,3 +153,35 @@ async def test_a_known_task_can_be_resumed_and_another_cancelled(embedded: Embed
         with pytest.raises(MCPError) as unknown:
             await extension.resume(client.session, "0" * 32)
     assert unknown.value.error.code == -32602
+
+
+async def test_the_readme_example_client_asks_on_the_terminal_and_prints_the_greeting(embedded: Embedded) -> None:
+    """`examples/hello_client.py`, run as README's "Try it" runs it: a process answering from its stdin."""
+    hello = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(REPO / "examples" / "hello_client.py"),
+        embedded.url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(hello.communicate(b"Ada\n"), timeout=60)
+    assert hello.returncode == 0, err.decode()
+    assert "Please enter your name." in out.decode() and out.decode().rstrip().endswith("Hello, Ada!")
+
+
+async def test_the_readme_example_client_says_in_one_line_what_is_wrong() -> None:
+    """No server there: one line naming the URL and the likely cause, not the SDK's traceback."""
+    nobody = f"http://127.0.0.1:{free_port()}/mcp"
+    hello = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(REPO / "examples" / "hello_client.py"),
+        nobody,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(hello.communicate(), timeout=60)
+    assert hello.returncode == 1
+    assert err.decode().strip().splitlines() == [
+        f"{nobody}: ConnectError: All connection attempts failed (is `make run` serving there?)"
+    ]
