@@ -321,16 +321,24 @@ class Stack:
 
 
 def start_gateway(
-    plane: ControlPlane, cpus: set[int] | None, tmp: Path, namespace: str = NAMESPACE, name: str = "gateway"
+    plane: ControlPlane,
+    cpus: set[int] | None,
+    tmp: Path,
+    namespace: str = NAMESPACE,
+    name: str = "gateway",
+    timeout_s: float = 30,
 ) -> Server:
-    """`mcptasks gateway --runner none` (via `bench.server`) on `namespace`, pinned to `cpus`."""
+    """`mcptasks gateway --runner none` (via `bench.server`) on `namespace`, pinned to `cpus`.
+
+    It listens once its cache has listed `namespace`: `timeout_s` (seconds) must cover that listing.
+    """
     argv = [
         *(run.PYTHON, "-m", "bench.server", "gateway", "--kubeconfig", str(plane.kubeconfig)),
         *("--namespace", namespace, "--runner", "none", "--data-dir", str(tmp / name)),
         *("--host", "127.0.0.1", "--port", "0"),
     ]
     env = {key: value for key, value in os.environ.items() if not key.startswith("MCPTASKS_")}
-    return run.start_server(name, argv, env, cpus, tmp)
+    return run.start_server(name, argv, env, cpus, tmp, timeout_s=timeout_s)
 
 
 async def complete_tasks(kubeconfig: Path) -> list[str]:

@@ -85,15 +85,25 @@ def _pinned(cpus: set[int] | None) -> Callable[[], None] | None:
 
 
 def start_server(
-    name: str, argv: list[str], env: dict[str, str], cpus: set[int] | None, tmp: Path, cwd: Path = REPO
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    cpus: set[int] | None,
+    tmp: Path,
+    cwd: Path = REPO,
+    timeout_s: float = 30,
 ) -> Server:
-    """Start `argv` in `cwd` (prints `http://127.0.0.1:PORT/` on stdout once listening) pinned to `cpus`."""
+    """Start `argv` in `cwd` (prints `http://127.0.0.1:PORT/` on stdout once listening) pinned to `cpus`.
+
+    Raises:
+        RuntimeError: it exited, or was not listening within `timeout_s` seconds (then it is killed).
+    """
     out, log = tmp / f"{name}.out", tmp / f"{name}.log"
     with out.open("wb") as stdout, log.open("wb") as stderr:
         # preexec_fn only pins the CPU, and this process runs no threads while it forks.
         pin = _pinned(cpus)
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, preexec_fn=pin)  # noqa: PLW1509
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = _LISTENING.search(out.read_text(errors="replace"))
         if found:
