@@ -38,6 +38,21 @@ LINGERING_TIME_S = 1.0
 """How long aiohttp keeps draining a request body it answered early (e.g. 413), in seconds (aiohttp: 10)."""
 
 
+def private_folder(data_dir: Path) -> Path:
+    """`data_dir`, created if needed and made readable by its owner only (mode 0700).
+
+    It holds every tenant's tasks (arguments, answers, results), artifacts and the server's keys, so no
+    other local account may look inside; a folder this user does not own keeps its mode, with a warning.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if data_dir.stat().st_mode & 0o077:
+        try:
+            data_dir.chmod(0o700)
+        except PermissionError:
+            logger.warning("data folder %s is readable by other users and not ours to change (chmod 700 it)", data_dir)
+    return data_dir
+
+
 def load_key(data_dir: Path, name: str, make: Callable[[], bytes] = lambda: secrets.token_bytes(32)) -> bytes:
     """A secret key in `data_dir/name`, created once (`make()`, default 32 random bytes; mode 0600, fsynced).
 
@@ -104,7 +119,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     """Create the embedded server's application and runner (nothing is opened until the app starts)."""
     observability.install("gateway", "runner")
     serve = settings.serve
-    data_dir = serve.data_dir.resolve()
+    data_dir = private_folder(serve.data_dir.resolve())
     gateway_settings = replace(
         settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
     )

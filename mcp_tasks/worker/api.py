@@ -35,7 +35,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _execution(request: web.Request) -> Execution:
-    auth = request.headers.get("Authorization", "")
+    values = request.headers.getall("Authorization", [])
+    # One credential per request: a repeated header (which a proxy might read differently) is no token,
+    # as the gateway and the warm workers treat it.
+    auth = values[0] if len(values) == 1 else ""
     token = auth[7:] if auth.startswith("Bearer ") else ""
     execution = await request.app[EXECUTIONS_KEY].resolve(request.match_info["execution_id"], token)
     if execution is None:

@@ -138,7 +138,12 @@ async def send_call(
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ConnectionRefusedError) as exc:
         raise WorkerLost(f"the warm worker cannot be reached: {exc}", delivered=False) from exc
     except (aiohttp.ClientError, asyncio.IncompleteReadError, ValueError) as exc:
-        raise WorkerLost(f"the warm worker was lost mid-call: {exc}", delivered=True) from exc
+        # The caller's message names the exception's kind only: the library's text (parser states, partial
+        # payload sizes) means nothing to a tool's caller; the log keeps it.
+        logger.warning("warm call to %s: connection lost mid-call: %s", target.base_url, exc)
+        raise WorkerLost(
+            f"its connection ended before the call's outcome ({type(exc).__name__})", delivered=True
+        ) from exc
 
 
 def _decode(line: bytes) -> JsonObject | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import aiohttp
 
-from tests.conftest import Embedded, McpHttp
+from tests.conftest import Embedded, McpHttp, server_settings, serving
 
 
 async def test_requests_without_a_valid_token_are_401(secured: Embedded, http_session: aiohttp.ClientSession) -> None:
@@ -47,3 +50,18 @@ async def test_listen_leaves_foreign_task_ids_out_of_the_acknowledgement(
     frames = [line for line in reply.body.splitlines() if line.startswith("data: ")]
     assert '"taskIds":[]' in frames[0]
     assert task_id not in reply.body
+
+
+async def test_other_local_accounts_cannot_look_into_the_data_folder(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Every tenant's arguments, answers and results sit in the SQLite file and the artifacts below the
+    data folder: a folder made world-readable beforehand (umask 022) is closed to its owner at start."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    data_dir.chmod(0o755)
+    async with serving(server_settings(data_dir)) as server:
+        mcp = McpHttp(http_session, server.url)
+        await mcp.wait_status(await mcp.start_task("slow_compute", {"seconds": 0}), "completed")
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert (data_dir / "tasks.sqlite3").exists()

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import yaml
 from kubernetes_asyncio.client import ApiClient
+from multidict import CIMultiDict
 
 from mcp_tasks.cli.settings import SettingsError
 from mcp_tasks.operator.events import EventRecorder, TaskEvent
@@ -659,9 +660,10 @@ async def test_a_pod_token_opens_only_its_own_task_on_the_worker_api(
     def token(*flags: str) -> str:
         return control_plane.kubectl("create", "token", "default", "-n", namespace, *flags).strip()
 
-    async def status(task_id: str, presented: str) -> int:
+    async def status(task_id: str, presented: str, *more: str) -> int:
         url = f"http://127.0.0.1:{operators.port}/v1/executions/{task_id}/input"
-        async with http_session.get(url, headers={"Authorization": f"Bearer {presented}"}) as answer:
+        headers = CIMultiDict(("Authorization", f"Bearer {token}") for token in (presented, *more))
+        async with http_session.get(url, headers=headers) as answer:
             return answer.status
 
     good = token("--audience", "mcp-tasks-worker", *bound)
@@ -670,5 +672,6 @@ async def test_a_pod_token_opens_only_its_own_task_on_the_worker_api(
     assert await status(mine, token("--audience", "mcp-tasks-worker")) == 404, "not bound to the pod"
     assert await status(mine, token("--audience", "somebody-else", *bound)) == 404, "another audience"
     assert await status(mine, "not-a-token") == 404
+    assert await status(mine, good, "not-a-token") == 404, "a repeated Authorization header is no credential"
     for task_id in (mine, other):
         await mcp.cancel(task_id)
