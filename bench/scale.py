@@ -289,8 +289,14 @@ def finished_phase(plane: Any, api: ApiServer, sizes: list[int], tmp: Path) -> l
             flush=True,
         )
         operator = start_operator(plane.kubeconfig, FINISHED_NS, tmp, f"operator-finished-{size}")
-        # the gateway listens only once it has listed every task (over 30 s at 100,000 on this machine)
-        gateway = start_gateway(plane, None, tmp, FINISHED_NS, f"gateway-finished-{size}", timeout_s=60 + size / 500)
+        try:
+            # the gateway listens only once it has listed every task (over 30 s at 100,000 on this machine)
+            gateway = start_gateway(
+                plane, None, tmp, FINISHED_NS, f"gateway-finished-{size}", timeout_s=60 + size / 500
+            )
+        except BaseException:
+            run.stop_process(operator)  # else it outlives the bench, idle, after its control plane stops
+            raise
         try:
             if ids:
                 asyncio.run(read_all(gateway.url, ids[-1:]))  # the gateway answers: it has listed
