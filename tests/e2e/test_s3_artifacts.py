@@ -91,7 +91,7 @@ async def test_expiry_deletes_the_object_with_its_task(s3_server: S3Server, tmp_
         async def expired() -> bool:
             return "error" in (await alice.get(task_id)).body
 
-        await until(expired)  # the runner's sweep (every 0.2 s here) after the 1.5 s TTL
+        await until(expired)  # the runner's sweep (every 0.2 s here) after the 5 s TTL
         await until(lambda: _no_keys(s3_server, bucket))  # deleted with the task, by the same sweep
 
 

@@ -39,14 +39,15 @@ START_TIMEOUT_S = 60.0
 
 
 def big_result_short_ttl_tool() -> dict[str, Any]:
-    """An McpTool `big_result_short_ttl`: the suite's `big_result` (tests/tools), kept 1.5 s after it ends,
-    for watching expiry delete an artifact. Its `workingDir` is tests/tools, for local processes."""
+    """An McpTool `big_result_short_ttl`: the suite's `big_result` (tests/tools), kept 5 s after it ends,
+    for watching expiry delete an artifact: long enough for a test on a busy machine to see the object
+    in the bucket first. Its `workingDir` is tests/tools, for local processes."""
     tools = HERE.parent / "tools"
     documents = yaml.safe_load_all((tools / "tools.yaml").read_text())
     tool: dict[str, Any] = next(doc for doc in documents if doc and doc["spec"]["name"] == "big_result")
     tool["metadata"]["name"] = "big-result-short-ttl"
     tool["spec"]["name"] = "big_result_short_ttl"
-    tool["spec"]["execution"] = {"taskPolicy": "required", "ttlMs": 1500}
+    tool["spec"]["execution"] = {"taskPolicy": "required", "ttlMs": 5000}
     tool["spec"]["container"]["workingDir"] = str(tools)
     return tool
 
