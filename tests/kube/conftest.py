@@ -295,6 +295,43 @@ async def sep_hello_world(url: str, token: str | None = None) -> str:
     return seen[-1].task_id
 
 
+def await_admission_refusal(
+    plane: ControlPlane, namespace: str, user: str, denied: str, *args: str, input_text: str | None = None
+) -> None:
+    """Block until the API server refuses `kubectl --as=<user> -n <namespace> <args> --dry-run=server` with
+    `denied` in its message, re-asking every 0.2 s for up to `KUBE_WAIT_S`: a ValidatingAdmissionPolicy and
+    its binding take effect only once the API server's informers have read them (a second or so after they
+    are created; longer on a busy machine), and a test of what they refuse must not race that.
+
+    Raises:
+        RuntimeError: never refused so within `KUBE_WAIT_S` (the last answer in the message).
+    """
+    last: list[str] = [""]
+
+    def refused() -> bool:
+        result = subprocess.run(
+            [
+                str(plane.bin_dir / "kubectl"),
+                "--kubeconfig",
+                str(plane.kubeconfig),
+                "-n",
+                namespace,
+                f"--as={user}",
+                *args,
+                "--dry-run=server",
+            ],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        last[0] = result.stderr or result.stdout
+        return result.returncode != 0 and denied in result.stderr
+
+    wait_until(refused, KUBE_WAIT_S, lambda: f"not refused with {denied!r}: {last[0]}")
+
+
 def get_object(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     """The McpTask as the API server stores it (`kubectl get -o yaml`), or `None` when absent."""
     try:

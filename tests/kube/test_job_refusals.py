@@ -18,7 +18,7 @@ import yaml
 
 from mcp_tasks.operator import refusals
 from tests.controlplane.cluster import REPO, ControlPlane
-from tests.kube.conftest import Gateways, Operators, client, until
+from tests.kube.conftest import Gateways, Operators, await_admission_refusal, client, until
 from tests.kube.test_operator import events_of, jobs_of, reasons_become
 from tests.kube.test_pod_shape import apply, mcptool
 from tests.kube.test_rbac import account_kubeconfig
@@ -59,6 +59,11 @@ async def test_a_job_the_operators_admission_policy_refuses_fails_its_task_sayin
         "auth.existingSecret=tokens",
     )
     control_plane.kubectl("apply", "-f", "-", input_text=chart)
+    operator = f"system:serviceaccount:{namespace}:r-mcp-tasks-operator"
+    denied = f"ValidatingAdmissionPolicy 'r-mcp-tasks-{namespace}-operator-writes'"  # in effect before the test
+    await_admission_refusal(
+        control_plane, namespace, operator, denied, "create", "service", "clusterip", "probe", "--tcp=80"
+    )
     apply(control_plane, namespace, mcptool("as-intruder", "env_echo", {"serviceAccountName": "intruder"}))
     monkeypatch.setenv("MCPTASKS_INSTANCE", "r")  # as the chart sets it: the policy admits release "r"'s objects
     operators.start(kubeconfig=account_kubeconfig(control_plane, namespace, "r-mcp-tasks-operator", tmp_path))

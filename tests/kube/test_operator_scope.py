@@ -33,7 +33,7 @@ from mcp_tasks.tasks.tools import parse_manifest
 from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
-from tests.kube.conftest import until
+from tests.kube.conftest import await_admission_refusal, until
 
 CHART = REPO / "charts" / "mcp-tasks"
 CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
@@ -76,6 +76,11 @@ class Release:
         assert POLICY_DENIED.format(namespace=self.namespace, policy=policy) in result.stderr, result.stderr
         return result.stderr
 
+    def await_policy(self, *args: str, input_text: str | None = None, policy: str = "operator-writes") -> None:
+        """Block until the API server enforces `policy` on the operator's `args` (a dry run it refuses)."""
+        denied = POLICY_DENIED.format(namespace=self.namespace, policy=policy)
+        await_admission_refusal(self.plane, self.namespace, self.operator, denied, *args, input_text=input_text)
+
     def allowed(self, *args: str, input_text: str | None = None) -> str:
         result = self.as_operator(*args, input_text=input_text)
         assert result.returncode == 0, f"refused: kubectl {' '.join(args)}\n{result.stderr}"
@@ -103,8 +108,12 @@ def release(control_plane: ControlPlane) -> Iterator[Release]:
     )
     tools = [doc for doc in local_tool_manifests([REPO / "tests" / "tools"]) if doc["metadata"]["name"] == "warm-echo"]
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(tools))
+    installed = Release(control_plane, namespace)
+    installed.await_policy(
+        "patch", "deployment", f"{RELEASE}-mcp-tasks-gateway", "--type=merge", "-p", '{"spec":{"replicas":5}}'
+    )
     try:
-        yield Release(control_plane, namespace)
+        yield installed
     finally:
         control_plane.helm("uninstall", RELEASE, "--namespace", namespace)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
@@ -210,6 +219,9 @@ def test_the_operator_account_may_drop_a_tasks_field_ownership_and_change_nothin
         lambda obj: obj["metadata"].update(annotations={"a": "b"}),
         lambda obj: obj["metadata"].update(finalizers=["example.com/hold"]),
     ]
+    first = stored()
+    changes[0](first)
+    release.await_policy("replace", "-f", "-", input_text=json.dumps(first), policy="operator-task-writes")
     for change in changes:
         changed = stored()
         change(changed)
