@@ -78,12 +78,12 @@ async def test_a_task_through_its_whole_life_keeps_no_field_ownership_and_no_rep
             assert len(stored["metadata"].get("managedFields") or []) <= MAX_MANAGED_FIELDS_ENTRIES, stored["metadata"]
         assert stored["status"]["taskStatus"] == "completed" and stored["status"]["statusMessage"] == "Completed"
         assert stored["status"]["result"]["content"] == RESULT["content"]
-        assert {c["type"]: c["status"] for c in stored["status"]["conditions"]} == {
-            "Started": "True",
-            "InputRequired": "False",
-            "Finished": "True",
-        }
-        assert all("message" not in condition for condition in stored["status"]["conditions"])
+        (condition,) = stored["status"]["conditions"]  # a finished task's conditions: Finished alone
+        assert condition["type"] == "Finished" and condition["status"] == "True", condition
+        assert "message" not in condition and "observedGeneration" not in condition, condition
+        assert "inputRequests" not in stored["status"], "nothing pending: left out, not stored empty"
+        assert stored["status"]["issuedInputKeys"] == ["ok"] and "preInputResponses" not in stored["spec"]
+        assert "app.kubernetes.io/managed-by" not in stored["metadata"]["labels"]
         finished = await store.get(record.task_id, fresh=True)
         assert finished.status is TaskStatus.COMPLETED and finished.result is not None
     finally:
@@ -124,7 +124,10 @@ async def test_an_object_written_by_the_previous_version_is_read_and_compacted_a
         read = await store.get(record.task_id, fresh=True)
         assert read.status_message == "halfway" and read.attempt == 1
         await transact(
-            store, record.task_id, lambda r: (transitions.complete(r, dict(RESULT), utc_now()), None), Writer.EXECUTOR
+            store,
+            record.task_id,
+            lambda r: (transitions.report_progress(r, 2, 3, None, utc_now()), None),
+            Writer.EXECUTOR,
         )
         stored = await _stored(api_client, namespace, record.task_id)
         assert "managedFields" not in stored["metadata"]

@@ -14,7 +14,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.interfaces import Writer, utc_now
 from mcp_tasks.tasks.owner import Owner
-from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.record import TaskRecord, iso_ms
 from tests.unit.manifests import tool_spec
 
 NOW = utc_now()
@@ -31,42 +31,46 @@ def _running() -> TaskRecord:
 
 
 def _summary(record: TaskRecord) -> tuple[str, ...]:
-    """`Started`, `InputRequired`, `Finished` as `status/reason` each."""
-    return tuple(f"{status}/{reason}" for _, status, reason in conditions.desired(record))
+    """`Started`, `InputRequired`, `Finished` (a finished task's `Finished` alone) as `type=status/reason`."""
+    return tuple(f"{kind}={status}/{reason}" for kind, status, reason in conditions.desired(record))
+
+
+def _live(started: str, waiting: str) -> tuple[str, ...]:
+    return (f"Started={started}", f"InputRequired={waiting}", "Finished=False/Running")
 
 
 CASES: list[tuple[str, TaskRecord, tuple[str, ...]]] = [
-    ("created", _new(), ("False/NotStarted", "False/NoPendingInput", "False/Running")),
-    ("running", _running(), ("True/RunStarted", "False/NoPendingInput", "False/Running")),
+    ("created", _new(), _live("False/NotStarted", "False/NoPendingInput")),
+    ("running", _running(), _live("True/RunStarted", "False/NoPendingInput")),
     (
         "waiting for input",
         transitions.add_input_requests(_running(), [("q", ELICIT)], LATER)[0],
-        ("True/RunStarted", "True/InputRequested", "False/Running"),
+        _live("True/RunStarted", "True/InputRequested"),
     ),
     (
         "completed",
         transitions.complete(_running(), {"content": []}, LATER),
-        ("True/RunStarted", "False/NoPendingInput", "True/Completed"),
+        ("Finished=True/Completed",),
     ),
     (
         "completed with a tool error",
         transitions.complete(_running(), {"content": [], "isError": True}, LATER),
-        ("True/RunStarted", "False/NoPendingInput", "True/ToolError"),
+        ("Finished=True/ToolError",),
     ),
     (
         "failed before it started",
         transitions.failing("the pod could not start", "StartTimeout")(_running(), LATER),
-        ("True/RunStarted", "False/NoPendingInput", "True/StartTimeout"),
+        ("Finished=True/StartTimeout",),
     ),
     (
         "failed by the tool's own error",
         transitions.fail(_running(), {"code": -32603, "message": "boom"}, "boom", LATER),
-        ("True/RunStarted", "False/NoPendingInput", "True/Failed"),
+        ("Finished=True/Failed",),
     ),
     (
         "cancelled before any run",
         transitions.cancel(_new(), LATER),
-        ("True/RunStarted", "False/NoPendingInput", "True/Cancelled"),
+        ("Finished=True/Cancelled",),
     ),
 ]
 
@@ -78,7 +82,7 @@ def test_each_state_has_its_conditions(case: str, record: TaskRecord, expected: 
 
 def test_a_failure_reason_that_is_not_camel_case_is_just_failed() -> None:
     record = transitions.fail(_running(), {"code": 1, "message": "x", "data": {"reason": "no spaces!"}}, "x", LATER)
-    assert _summary(record)[2] == "True/Failed"
+    assert _summary(record) == ("Finished=True/Failed",)
 
 
 def test_last_transition_time_moves_only_when_the_status_changes_and_generation_is_observed() -> None:
@@ -89,12 +93,11 @@ def test_last_transition_time_moves_only_when_the_status_changes_and_generation_
     assert [c.last_transition_time for c in second] == [c.last_transition_time for c in first]
     assert {c.observed_generation for c in second} == {3}
     done = transitions.complete(progressed, {"content": []}, LATER + timedelta(seconds=1))
-    third = {c.type: c for c in conditions.task_conditions(done, second, generation=3)}
-    assert (
-        third["Finished"].status == "True" and third["Finished"].last_transition_time != first[2].last_transition_time
-    )
-    assert third["Started"].last_transition_time == first[0].last_transition_time
-    assert all(c.message is None for c in third.values()), "a condition repeats nothing status says (statusMessage)"
+    (finished,) = conditions.task_conditions(done, second, generation=3)
+    assert finished.type == "Finished" and finished.status == "True"
+    assert finished.last_transition_time == iso_ms(done.last_updated_at) != first[2].last_transition_time
+    assert finished.observed_generation is None, "a final status lags behind no generation"
+    assert finished.message is None, "a condition repeats nothing status says (statusMessage)"
 
 
 def test_conditions_ride_in_the_status_write_of_each_transition() -> None:

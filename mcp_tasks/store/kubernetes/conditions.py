@@ -1,7 +1,7 @@
 """`status.conditions` of an McpTask, derived from the task record (Kubernetes API conventions).
 
-Three condition types, so `kubectl wait --for=condition=Finished mcptask/<taskId>` and dashboards built
-on conditions work:
+Three condition types while a task lives, so `kubectl wait --for=condition=Finished mcptask/<taskId>`
+and dashboards built on conditions work:
 
 - `Started`: `True` once a run of the tool began (`attempt` ≥ 1); reason `RunStarted` / `NotStarted`.
 - `InputRequired`: `True` while the task waits for input; reason `InputRequested` / `NoPendingInput`.
@@ -9,14 +9,19 @@ on conditions work:
   `isError: true`), `Cancelled`, `Failed`, or the `reason` a failure's `error.data` names (e.g.
   `StartTimeout`, `OutcomeUnknown`); `Running` until then.
 
+A finished task keeps `Finished` alone, without `observedGeneration`: `Started` and `InputRequired`
+describe a run that is over, and a terminal status is final (no later change of `spec` is acted on),
+so there is no generation for it to lag behind. Every retained task costs etcd and each API server's
+watch cache for as long as it is kept, and these were about 250 of its bytes (docs/performance.md).
+
 No condition carries a `message`: what one would say is stored once, elsewhere in `status` (the
-final `statusMessage`, `attempt`, the keys of `inputRequests`), and an McpTask keeps nothing twice
-(each retained task costs etcd and the API server's watch cache). Objects written by earlier versions
-carry messages; they are read as they are and dropped at the next status write.
+final `statusMessage`, `attempt`, the keys of `inputRequests`), and an McpTask keeps nothing twice.
+Objects written by earlier versions carry messages and all three types; they are read as they are and
+rewritten at the next status write.
 
 Pure: computed from the record and the previous conditions inside the store's one status write per
 transition (no extra write). `lastTransitionTime` moves only when a condition's status changes, and
-every condition carries the McpTask's `metadata.generation` as `observedGeneration`. No I/O.
+the conditions of a live task carry the McpTask's `metadata.generation` as `observedGeneration`. No I/O.
 """
 
 from __future__ import annotations
@@ -35,14 +40,17 @@ CONDITION_TYPES: Final = (CONDITION_STARTED, CONDITION_INPUT_REQUIRED, CONDITION
 
 
 def desired(record: TaskRecord) -> list[tuple[str, str, str]]:
-    """`(type, status, reason)` of each condition for `record`, in `CONDITION_TYPES` order."""
-    started = record.attempt >= 1 or record.status.is_terminal
+    """`(type, status, reason)` of each condition for `record`, in `CONDITION_TYPES` order; a finished
+    task's `Finished` alone.
+    """
+    if record.status.is_terminal:
+        return [(CONDITION_FINISHED, "True", record.finished_reason)]
+    started = record.attempt >= 1
     waiting = record.status is TaskStatus.INPUT_REQUIRED
-    finished = record.status.is_terminal
     return [
         (CONDITION_STARTED, "True" if started else "False", "RunStarted" if started else "NotStarted"),
         (CONDITION_INPUT_REQUIRED, "True" if waiting else "False", "InputRequested" if waiting else "NoPendingInput"),
-        (CONDITION_FINISHED, "True" if finished else "False", record.finished_reason if finished else "Running"),
+        (CONDITION_FINISHED, "False", "Running"),
     ]
 
 
@@ -52,9 +60,11 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
     Args:
         record: the task as it is being written.
         previous: the conditions the McpTask holds now (any order; unknown types are dropped).
-        generation: the McpTask's `metadata.generation`, recorded as `observedGeneration`.
+        generation: the McpTask's `metadata.generation`, recorded as `observedGeneration` while the
+            task lives.
     """
     before = {condition.type: condition for condition in previous}
+    observed = None if record.status.is_terminal else generation
     now = iso_ms(record.last_updated_at)
     conditions = []
     for kind, status, reason in desired(record):
@@ -66,7 +76,7 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
                 status=status,
                 reason=reason,
                 last_transition_time=since,
-                observed_generation=generation,
+                observed_generation=observed,
             )
         )
     return conditions

@@ -196,6 +196,8 @@ def mcptask_crd() -> JsonObject:
     status = structural_schema(McpTaskStatus)
     status["description"] = "What the executor observed; written only through the status subresource."
     status["default"] = {"taskStatus": "working"}  # a fresh task reads (and prints) as working
+    for name in ("attempt", "inputWaitMs"):  # left out while 0 (mapping.dump); a default would store them anyway
+        del _at(status, name)["default"]
     _at(status, "inputRequests")["maxProperties"] = 256
     _at(status, "issuedInputKeys")["maxItems"] = 4096
     _at(status, "issuedInputKeys")["items"]["maxLength"] = 128

@@ -125,7 +125,8 @@ class TaskCondition(_Resource):
     message: str | None = Field(None, max_length=32768)
     """Human-readable detail (an McpTool names the invalid field); McpTasks omit it (`conditions.py`)."""
     last_transition_time: str = Field(alias="lastTransitionTime", json_schema_extra={"format": "date-time"})
-    observed_generation: int = Field(0, alias="observedGeneration", ge=0)
+    observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
+    """The object's `metadata.generation` when the condition was written (a finished McpTask's omits it)."""
 
 
 class WarmStatus(_Resource):
