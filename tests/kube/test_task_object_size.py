@@ -93,13 +93,19 @@ async def test_a_task_through_its_whole_life_keeps_no_field_ownership_and_no_rep
 async def test_an_object_written_by_the_previous_version_is_read_and_compacted_at_its_next_write(
     api_client: ApiClient, namespace: str
 ) -> None:
-    """An upgrade finds live tasks with ownership and condition messages: they read as before, and the next
-    write (a status write) leaves them without either."""
+    """An upgrade finds live tasks with ownership, condition messages and empty fields: they read as before,
+    the next write (a status write) leaves them without ownership or messages, and a client's write of the
+    spec (a cancel) is admitted by the CRD's rules although it leaves the empty fields out."""
     store = KubernetesTaskStore(api_client, namespace)
     await store.open()
     try:
         record = await store.create(_new_record())
         old = await _stored(api_client, namespace, record.task_id)
+        old["spec"].update(inputResponses={}, preInputResponses={})  # as the previous version stored them
+        old = await CustomObjectsApi(api_client).replace_namespaced_custom_object(
+            GROUP, VERSION, namespace, TASK_PLURAL, record.task_id, old, field_manager="OpenAPI-Generator"
+        )
+        assert old["spec"]["preInputResponses"] == {}
         old["status"] = {
             "taskStatus": "working",
             "statusMessage": "halfway",
@@ -134,5 +140,10 @@ async def test_an_object_written_by_the_previous_version_is_read_and_compacted_a
         assert all("message" not in condition for condition in stored["status"]["conditions"])
         started = next(c for c in stored["status"]["conditions"] if c["type"] == "Started")
         assert started["lastTransitionTime"] == old["spec"]["createdAt"], "an unchanged condition keeps its time"
+        await transact(
+            store, record.task_id, lambda r: (transitions.request_cancel(r, "alice", utc_now()), None), Writer.CLIENT
+        )
+        spec = (await _stored(api_client, namespace, record.task_id))["spec"]
+        assert spec["cancelRequested"] is True and "preInputResponses" not in spec, spec
     finally:
         await store.aclose()
