@@ -96,7 +96,7 @@ def test_last_transition_time_moves_only_when_the_status_changes_and_generation_
     (finished,) = conditions.task_conditions(done, second, generation=3)
     assert finished.type == "Finished" and finished.status == "True"
     assert finished.last_transition_time == iso_ms(done.last_updated_at) != first[2].last_transition_time
-    assert finished.observed_generation is None, "a final status lags behind no generation"
+    assert finished.observed_generation == 3, "kubectl wait reads it"
     assert finished.message is None, "a condition repeats nothing status says (statusMessage)"
 
 

@@ -9,10 +9,12 @@ and dashboards built on conditions work:
   `isError: true`), `Cancelled`, `Failed`, or the `reason` a failure's `error.data` names (e.g.
   `StartTimeout`, `OutcomeUnknown`); `Running` until then.
 
-A finished task keeps `Finished` alone, without `observedGeneration`: `Started` and `InputRequired`
-describe a run that is over, and a terminal status is final (no later change of `spec` is acted on),
-so there is no generation for it to lag behind. Every retained task costs etcd and each API server's
-watch cache for as long as it is kept, and these were about 250 of its bytes (docs/performance.md).
+A finished task keeps `Finished` alone: `Started` and `InputRequired` describe a run that is over.
+Every retained task costs etcd and each API server's watch cache for as long as it is kept, and those
+two were about 270 of its bytes (docs/performance.md). `observedGeneration` stays on every condition:
+`kubectl wait` treats a condition whose `observedGeneration` is below `metadata.generation` as not
+met, and a CRD of an earlier version (a gateway upgraded before the CRD chart) would default an
+absent one to 0.
 
 No condition carries a `message`: what one would say is stored once, elsewhere in `status` (the
 final `statusMessage`, `attempt`, the keys of `inputRequests`), and an McpTask keeps nothing twice.
@@ -21,7 +23,7 @@ rewritten at the next status write.
 
 Pure: computed from the record and the previous conditions inside the store's one status write per
 transition (no extra write). `lastTransitionTime` moves only when a condition's status changes, and
-the conditions of a live task carry the McpTask's `metadata.generation` as `observedGeneration`. No I/O.
+every condition carries the McpTask's `metadata.generation` as `observedGeneration`. No I/O.
 """
 
 from __future__ import annotations
@@ -60,11 +62,9 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
     Args:
         record: the task as it is being written.
         previous: the conditions the McpTask holds now (any order; unknown types are dropped).
-        generation: the McpTask's `metadata.generation`, recorded as `observedGeneration` while the
-            task lives.
+        generation: the McpTask's `metadata.generation`, recorded as `observedGeneration`.
     """
     before = {condition.type: condition for condition in previous}
-    observed = None if record.status.is_terminal else generation
     now = iso_ms(record.last_updated_at)
     conditions = []
     for kind, status, reason in desired(record):
@@ -76,7 +76,7 @@ def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], gener
                 status=status,
                 reason=reason,
                 last_transition_time=since,
-                observed_generation=observed,
+                observed_generation=generation,
             )
         )
     return conditions

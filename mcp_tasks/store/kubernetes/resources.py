@@ -126,7 +126,7 @@ class TaskCondition(_Resource):
     """Human-readable detail (an McpTool names the invalid field); McpTasks omit it (`conditions.py`)."""
     last_transition_time: str = Field(alias="lastTransitionTime", json_schema_extra={"format": "date-time"})
     observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
-    """The object's `metadata.generation` when the condition was written (a finished McpTask's omits it)."""
+    """The object's `metadata.generation` when the condition was written."""
 
 
 class WarmStatus(_Resource):
@@ -183,4 +183,6 @@ class McpTaskStatus(_Resource):
     )
     """When the current wait for input began."""
     conditions: list[TaskCondition] = Field(default_factory=list)
-    """`Started`, `InputRequired` and `Finished` (store/kubernetes/conditions.py), one of each type."""
+    """`Started`, `InputRequired` and `Finished` (store/kubernetes/conditions.py), one of each type; a
+    finished task's `Finished` alone.
+    """
