@@ -109,10 +109,10 @@ def release(control_plane: ControlPlane) -> Iterator[Release]:
     tools = [doc for doc in local_tool_manifests([REPO / "tests" / "tools"]) if doc["metadata"]["name"] == "warm-echo"]
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(tools))
     installed = Release(control_plane, namespace)
-    installed.await_policy(
-        "patch", "deployment", f"{RELEASE}-mcp-tasks-gateway", "--type=merge", "-p", '{"spec":{"replicas":5}}'
-    )
     try:
+        installed.await_policy(
+            "patch", "deployment", f"{RELEASE}-mcp-tasks-gateway", "--type=merge", "-p", '{"spec":{"replicas":5}}'
+        )
         yield installed
     finally:
         control_plane.helm("uninstall", RELEASE, "--namespace", namespace)
