@@ -295,6 +295,21 @@ async def sep_hello_world(url: str, token: str | None = None) -> str:
     return seen[-1].task_id
 
 
+def kubectl_as(
+    plane: ControlPlane, namespace: str, user: str, *args: str, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl --as=<user> -n <namespace> <args>` against `plane`, impersonating `user` (the admin
+    kubeconfig may impersonate); the completed process, whatever its exit code (60 s bound)."""
+    return subprocess.run(
+        [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.kubeconfig), "-n", namespace, f"--as={user}", *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
 def await_admission_refusal(
     plane: ControlPlane, namespace: str, user: str, denied: str, *args: str, input_text: str | None = None
 ) -> None:
@@ -309,23 +324,7 @@ def await_admission_refusal(
     last: list[str] = [""]
 
     def refused() -> bool:
-        result = subprocess.run(
-            [
-                str(plane.bin_dir / "kubectl"),
-                "--kubeconfig",
-                str(plane.kubeconfig),
-                "-n",
-                namespace,
-                f"--as={user}",
-                *args,
-                "--dry-run=server",
-            ],
-            input=input_text,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        result = kubectl_as(plane, namespace, user, *args, "--dry-run=server", input_text=input_text)
         last[0] = result.stderr or result.stdout
         return result.returncode != 0 and denied in result.stderr
 

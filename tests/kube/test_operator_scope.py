@@ -33,7 +33,7 @@ from mcp_tasks.tasks.tools import parse_manifest
 from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, local_tool_manifests
-from tests.kube.conftest import await_admission_refusal, until
+from tests.kube.conftest import await_admission_refusal, kubectl_as, until
 
 CHART = REPO / "charts" / "mcp-tasks"
 CRD_CHART = REPO / "charts" / "mcp-tasks-crds"
@@ -52,22 +52,7 @@ class Release:
 
     def as_operator(self, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
         """`kubectl --as=<the operator's account>` in the release namespace; the completed process."""
-        return subprocess.run(
-            [
-                str(self.plane.bin_dir / "kubectl"),
-                "--kubeconfig",
-                str(self.plane.kubeconfig),
-                "-n",
-                self.namespace,
-                f"--as={self.operator}",
-                *args,
-            ],
-            input=input_text,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        return kubectl_as(self.plane, self.namespace, self.operator, *args, input_text=input_text)
 
     def refused_by_policy(self, *args: str, input_text: str | None = None, policy: str = "operator-writes") -> str:
         """Run a request as the operator; assert the admission policy `policy` refused it; return its message."""
