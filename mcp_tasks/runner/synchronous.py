@@ -127,7 +127,9 @@ class SynchronousRuns:
                 ctx.executions.remove(execution)
                 process.discard_log()
 
-    async def promote(self, execution: Execution, requests: list[tuple[str, JsonObject]]) -> list[str]:
+    async def promote(
+        self, execution: Execution, requests: list[tuple[str, JsonObject]], round_id: str | None
+    ) -> list[str]:
         """`Promote` for the worker channel: the synchronous run asking for input becomes a hidden task.
 
         The task is created already claimed by this runner (lease, attempt 1) and parked on `requests`, in
@@ -158,7 +160,7 @@ class SynchronousRuns:
             execution.client_capabilities,
         )
         claimed = transitions.claim(inline.hidden(fresh), ctx.holder, now, ctx.lease, inline.INLINE_TTL_MS)
-        parked, minted = transitions.add_input_requests(claimed, requests, now)
+        parked, minted = transitions.add_input_requests(claimed, requests, now, round_id)
         offered = inline.offered_answers(parked, execution.offered_responses)
         if offered:
             parked = transitions.answer_input_requests(parked, offered, now)

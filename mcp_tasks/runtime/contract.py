@@ -7,6 +7,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 ENV_WORKER_URL: Final = "MCPTASKS_WORKER_URL"
@@ -30,7 +31,11 @@ PATH_PROGRESS: Final = "/progress"
 """POST `{"progress": number, "total"?: number, "message"?: str}` → 204. A task shows it as its
 `statusMessage`; a synchronous call whose client sent a `progressToken` gets `notifications/progress`."""
 PATH_INPUT_REQUESTS: Final = "/input-requests"
-"""POST `{"inputRequests": {suggestedKey: {method, params}}}` → `{"keys": {suggestedKey: mintedKey}}`.
+"""POST `{"inputRequests": {suggestedKey: {method, params}}, "roundId"?: str}` → `{"keys": {suggestedKey: mintedKey}}`.
+
+`roundId` (`ROUND_ID_PATTERN`), new for each round and repeated when the same POST is sent again, makes
+the round idempotent: a retry after a lost answer (the executor restarted, the connection broke) gets
+the keys the first POST minted, not new ones that the client would be asked again for.
 
 Methods: `elicitation/create` (form or URL mode), `sampling/createMessage`, `roots/list`. A synchronous
 run that asks is continued as a hidden task its caller answers in multi-round-trip retries. 409 when
@@ -44,6 +49,9 @@ PATH_RESULT: Final = "/result"
 """POST `{"result": CallToolResult}` or `{"error": {code, message, data?}, "statusMessage": str}` → 204.
 
 409 when the execution already finished or was cancelled."""
+
+ROUND_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a `roundId` may be (match it whole): 1 to 64 letters, digits, `-` or `_`."""
 
 MAX_WAIT_MS: Final = 25_000
 """Longest single `input-responses` wait the server honours, in ms; the helper simply asks again."""

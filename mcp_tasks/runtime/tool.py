@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import ssl
 import sys
 import threading
@@ -274,9 +275,9 @@ class ToolContext:
                 and this message, which says what the client must declare.
             WorkerApiError: 409 when the caller cannot take input rounds (a legacy-era synchronous call).
         """
-        minted: dict[str, str] = self._call("POST", contract.PATH_INPUT_REQUESTS, {"inputRequests": dict(requests)})[
-            "keys"
-        ]
+        # One id per round, sent again by `_call`'s retries: a retry after a lost answer gets the same keys.
+        body = {"inputRequests": dict(requests), "roundId": secrets.token_urlsafe(12)}
+        minted: dict[str, str] = self._call("POST", contract.PATH_INPUT_REQUESTS, body)["keys"]
         by_key = {key: suggested for suggested, key in minted.items()}
         answers: dict[str, Json] = {}
         while len(answers) < len(by_key):

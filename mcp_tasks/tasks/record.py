@@ -89,6 +89,8 @@ class TaskRecord:
     that holds it (a store that bounds its objects; read it with `tasks.arguments.load`).
     `input_requests` maps each *pending* key to a bare `{method, params}` input request;
     `issued_input_keys` lists every key ever issued, in order, so none is reused;
+    `input_round_id` is the id the worker sent with the latest round of input requests (the last keys of
+    `issued_input_keys` are that round's): a retried round, whose answer was lost, gets the same keys;
     `input_responses` holds answered responses not yet consumed by the worker.
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
     `client_capabilities` holds the input capabilities (`elicitation`, `sampling`, `roots`) the request
@@ -115,6 +117,7 @@ class TaskRecord:
     progress: JsonObject | None = None
     input_requests: dict[str, JsonObject] = field(default_factory=dict)
     issued_input_keys: tuple[str, ...] = ()
+    input_round_id: str | None = None
     input_responses: dict[str, JsonObject] = field(default_factory=dict)
     pre_input_responses: dict[str, JsonObject] = field(default_factory=dict)
     client_capabilities: JsonObject | None = None

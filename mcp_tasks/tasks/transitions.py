@@ -243,7 +243,7 @@ def request_cancel(record: TaskRecord, requested_by: str, now: datetime) -> Task
 def mint_input_key(suggested: str, issued: Iterable[str]) -> str:
     """A key never issued in this task's life: `suggested` itself if free, else `suggested-2`, `-3`, ..."""
     taken = set(issued)
-    base = suggested if suggested and len(suggested) <= 64 else "input"
+    base = _key_base(suggested)
     if base not in taken:
         return base
     n = 2
@@ -252,10 +252,21 @@ def mint_input_key(suggested: str, issued: Iterable[str]) -> str:
     return f"{base}-{n}"
 
 
+def _key_base(suggested: str) -> str:
+    """What a key minted for `suggested` starts with: itself, or `input` when empty or over 64 characters."""
+    return suggested if suggested and len(suggested) <= 64 else "input"
+
+
 def add_input_requests(
-    record: TaskRecord, requests: Iterable[tuple[str, JsonObject]], now: datetime
+    record: TaskRecord, requests: Iterable[tuple[str, JsonObject]], now: datetime, round_id: str | None = None
 ) -> tuple[TaskRecord, list[str]]:
     """Issue input requests (`(suggested key, {method, params})` pairs) and park the task in `input_required`.
+
+    `round_id` makes the round idempotent: when it is the id of the round issued last
+    (`record.input_round_id`), the worker is retrying a request whose answer it never received (the
+    executor stopped, or the connection broke, after the durable write), so the record is returned
+    unchanged with that round's keys; a fresh round would mint new keys the client never sees answered.
+    Without an id every call is a new round.
 
     Returns the new record and the minted keys, in request order.
 
@@ -268,6 +279,9 @@ def add_input_requests(
         missing = missing_input_capability(record, request)
         if missing is not None:
             raise InputCapabilityMissing(missing, str(request.get("method")))
+    repeated = _repeated_round(record, [suggested for suggested, _ in requests], round_id)
+    if repeated is not None:
+        return record, repeated
     issued = list(record.issued_input_keys)
     pending = dict(record.input_requests)
     minted: list[str] = []
@@ -282,8 +296,23 @@ def add_input_requests(
         now,
         input_requests=pending,
         issued_input_keys=tuple(issued),
+        input_round_id=round_id,
     )
     return updated, minted
+
+
+def _repeated_round(record: TaskRecord, suggested: list[str], round_id: str | None) -> list[str] | None:
+    """The keys of the last round when `round_id` names it and its keys fit `suggested`; else None."""
+    if round_id is None or round_id != record.input_round_id or not suggested or record.status.is_terminal:
+        return None
+    keys = list(record.issued_input_keys[-len(suggested) :])
+    if len(keys) != len(suggested):
+        return None
+    for wanted, key in zip(suggested, keys, strict=True):
+        base = _key_base(wanted)
+        if key != base and not (key.startswith(f"{base}-") and key[len(base) + 1 :].isdigit()):
+            return None  # the same id with other requests: not a retry, a new round
+    return keys
 
 
 def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now: datetime) -> TaskRecord:
@@ -414,7 +443,17 @@ def retained_ttl(record: TaskRecord, now: datetime) -> int:
 
 def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: object) -> TaskRecord:
     ttl_ms = retained_ttl(record, now)
-    return _move(record, status, now, input_requests={}, input_responses={}, lease=None, ttl_ms=ttl_ms, **changes)
+    return _move(
+        record,
+        status,
+        now,
+        input_requests={},
+        input_responses={},
+        input_round_id=None,
+        lease=None,
+        ttl_ms=ttl_ms,
+        **changes,
+    )
 
 
 COMPLETION_MESSAGE_LIMIT: Final = 200

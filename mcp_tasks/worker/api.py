@@ -129,14 +129,21 @@ async def post_progress(request: web.Request) -> web.Response:
 
 
 async def post_input_requests(request: web.Request) -> web.Response:
-    """POST /input-requests {inputRequests} → {keys: {suggested: minted}}; 412 `{message, capability}`."""
+    """POST /input-requests {inputRequests, roundId?} → {keys: {suggested: minted}}; 412 `{message, capability}`.
+
+    `roundId` (optional, `contract.ROUND_ID_PATTERN`): the worker's id for this round; a retry with the id
+    of the task's latest round gets that round's keys again (its first answer was lost), not new ones.
+    """
     execution = await _execution(request)
     body = await _json_body(request)
     requests = body.get("inputRequests")
     if not isinstance(requests, dict) or not requests:
         return web.Response(status=400, text="inputRequests must be a non-empty object of {method, params}")
+    round_id = body.get("roundId")
+    if round_id is not None and not (isinstance(round_id, str) and contract.ROUND_ID_PATTERN.fullmatch(round_id)):
+        return web.Response(status=400, text="roundId must be 1 to 64 letters, digits, '-' or '_'")
     try:
-        keys = await request.app[CHANNEL_KEY].ask(execution, requests)
+        keys = await request.app[CHANNEL_KEY].ask(execution, requests, round_id)
     except ChannelError as error:
         if error.capability is not None:
             return web.json_response({"message": str(error), "capability": error.capability}, status=error.status)

@@ -38,10 +38,10 @@ _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 Transition = Callable[[TaskRecord, datetime], TaskRecord]
 
-Promote = Callable[[Execution, list[tuple[str, JsonObject]]], Awaitable[list[str]]]
+Promote = Callable[[Execution, list[tuple[str, JsonObject]], str | None], Awaitable[list[str]]]
 """Turn a synchronous execution that asks for input into a hidden task parked on these requests
-(`(suggested key, {method, params})`); returns the minted keys. Raises `InputCapabilityMissing` (nothing
-is created) when the caller did not declare a capability a request needs."""
+(`(suggested key, {method, params})`, and the worker's round id or None); returns the minted keys. Raises
+`InputCapabilityMissing` (nothing is created) when the caller did not declare a capability a request needs."""
 
 
 def recording(outcome: Finished) -> Transition:
@@ -176,12 +176,15 @@ class WorkerChannel:
             execution, lambda r, now: transitions.report_progress(r, progress, total, message and message[:1000], now)
         )
 
-    async def ask(self, execution: Execution, requests: Mapping[str, object]) -> dict[str, str]:
+    async def ask(
+        self, execution: Execution, requests: Mapping[str, object], round_id: str | None = None
+    ) -> dict[str, str]:
         """Issue input requests; return suggested key → minted key.
 
         A synchronous run's first ask promotes it to a hidden task (`Promote`) parked on these requests,
         so its caller gets them as an `InputRequiredResult`; a run whose caller can take no input rounds
-        is refused.
+        is refused. `round_id` (the worker's, per round) makes a retry of the latest round get its keys
+        again instead of new ones (`transitions.add_input_requests`).
 
         Raises:
             ChannelError: 400 for malformed requests; 409 for a run that cannot wait for input or a finished
@@ -195,12 +198,12 @@ class WorkerChannel:
                 if execution.client_capabilities is None or self.promote is None:
                     execution.settle(AskedForInput())
                     raise ChannelError(409, "this call cannot wait for input (its client has no input rounds)")
-                minted = await self.promote(execution, checked)
+                minted = await self.promote(execution, checked, round_id)
             else:
                 minted = []
 
                 def change(record: TaskRecord) -> tuple[TaskRecord, None]:
-                    updated, keys = transitions.add_input_requests(record, checked, self.clock())
+                    updated, keys = transitions.add_input_requests(record, checked, self.clock(), round_id)
                     minted[:] = keys
                     return updated, None
 

@@ -188,6 +188,30 @@ async def test_killing_the_operator_mid_run_loses_nothing_and_creates_no_second_
     assert stored is not None and stored["status"]["issuedInputKeys"] == ["confirm"]
 
 
+async def test_a_round_of_input_requests_sent_again_gets_its_keys_from_the_mcptask(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    namespace: str,
+) -> None:
+    """The round id lives in the McpTask's status (`inputRoundId`; the CRD keeps it, an unknown field would
+    be pruned), so a pod that sends its round again, as after an operator restart lost the first answer,
+    gets the same key from whichever replica answers."""
+    operators.start()
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("round_resender", {})
+    asked = await mcp.wait_status(task_id, "input_required", timeout_s=WAIT_S)
+    assert list(asked["inputRequests"]) == ["go"]
+    stored = get_object(control_plane, namespace, task_id)
+    assert stored is not None and stored["status"]["inputRoundId"] == "resent-round", stored["status"]
+    await mcp.update(task_id, {"go": {"action": "accept", "content": {"ok": True}}})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
+    assert done["result"]["content"][0]["text"] == "400 go go accept", done
+    finished = get_object(control_plane, namespace, task_id)
+    assert finished is not None and "inputRoundId" not in finished["status"], "a finished task drops it"
+
+
 UNPULLABLE = """\
 apiVersion: mcptasks.io/v1alpha1
 kind: McpTool

@@ -8,10 +8,12 @@ import os
 import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from mcp_tasks.runtime import ToolContext, run
+from mcp_tasks.runtime import ToolContext, content, contract, run
 
 
 def sleeper(ctx: ToolContext) -> str:
@@ -53,6 +55,38 @@ def asker(ctx: ToolContext) -> str:
     first = ctx.elicit("q", "First question?", {"a": {"type": "string"}})
     second = ctx.elicit("q", "Second question, same suggested key?", {"b": {"type": "string"}})
     return f"{first['content']['a']} {second['content']['b']}"
+
+
+def _worker_api(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One raw worker-API call as docs/tool-runtime.md describes it for any language (no retries)."""
+    token = os.environ.get(contract.ENV_WORKER_TOKEN)
+    if not token:
+        with open(os.environ[contract.ENV_WORKER_TOKEN_FILE], encoding="utf-8") as file:
+            token = file.read().strip()
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(os.environ[contract.ENV_WORKER_URL] + path, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=contract.MAX_WAIT_MS / 1000 + 30) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def round_resender(ctx: ToolContext) -> str:
+    """Sends its round of input requests twice with one `roundId`, as a tool does whose first answer was
+    lost (the executor restarted mid-answer), then waits for the answer to the key the first POST got.
+    Before that, a malformed `roundId` must be refused (its status code leads the result)."""
+    question = content.form_request("Go on?", {"ok": {"type": "boolean"}}, ["ok"])
+    body = {"inputRequests": {"go": question}, "roundId": "resent-round"}
+    try:
+        _worker_api("POST", contract.PATH_INPUT_REQUESTS, {**body, "roundId": "not an id!"})
+        malformed = "accepted"
+    except urllib.error.HTTPError as exc:
+        malformed = str(exc.code)
+    first, second = (_worker_api("POST", contract.PATH_INPUT_REQUESTS, body)["keys"]["go"] for _ in range(2))
+    while True:
+        answers = _worker_api("GET", f"{contract.PATH_INPUT_RESPONSES}?keys={first}&waitMs={contract.MAX_WAIT_MS}")
+        if first in answers["inputResponses"]:
+            return f"{malformed} {first} {second} {answers['inputResponses'][first]['action']}"
 
 
 def confirmed(ctx: ToolContext) -> str:
@@ -204,6 +238,7 @@ TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
     "asker": asker,
     "short_ttl": sleeper,
     "confirmed": confirmed,
+    "round_resender": round_resender,
     "forker": forker,
     "ledger": ledger,
     "traced": traced,

@@ -46,6 +46,26 @@ def test_keys_are_minted_once_per_task_life() -> None:
     assert record.issued_input_keys == ("name", "name-2", "name-3")
 
 
+def test_a_retried_round_gets_its_keys_again_and_a_new_round_new_keys() -> None:
+    """A worker whose answer to POST /input-requests was lost sends the same round again: the same keys,
+    nothing written (the client may already have answered them); any other id, or none, is a new round."""
+    record, keys = transitions.add_input_requests(fresh(), [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
+    assert keys == ["a", "b"] and record.input_round_id == "round-1"
+    answered = transitions.answer_input_requests(record, {"a": {"action": "accept"}}, NOW)
+    again, repeated = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
+    assert repeated == ["a", "b"] and again is answered, "a retry writes nothing"
+    _, other = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW, "round-2")
+    assert other == ["a-2", "b-2"]
+    _, unnamed = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW)
+    assert unnamed == ["a-2", "b-2"]
+    _, changed = transitions.add_input_requests(answered, [("c", ELICIT)], NOW, "round-1")
+    assert changed == ["c"], "the same id with other requests is not a retry"
+    finished = transitions.complete(answered, {"content": []}, NOW)
+    assert finished.input_round_id is None
+    with pytest.raises(IllegalTransition):
+        transitions.add_input_requests(finished, [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
+
+
 def test_partial_answers_keep_input_required_until_none_pending() -> None:
     record, (a, b) = transitions.add_input_requests(fresh(), [("a", ELICIT), ("b", ELICIT)], NOW)
     assert record.status is TaskStatus.INPUT_REQUIRED

@@ -1,0 +1,78 @@
+"""The tool runtime's worker-API retries, against a real HTTP server that loses one answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from mcp_tasks.runtime import ToolContext, content, contract
+
+
+class LosesFirstRoundAnswer(ThreadingHTTPServer):
+    """A worker API that records each input-requests body and drops the connection, unanswered, after the
+    first one (as when an executor is killed between its durable write and its answer)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.rounds: list[dict[str, Any]] = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: LosesFirstRoundAnswer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _answer(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == contract.PATH_INPUT:
+            self._answer({"arguments": {}, "taskId": "t1"})
+        else:  # input-responses: every key asked is answered
+            keys = self.path.split("keys=", 1)[1].split("&", 1)[0].split(",")
+            self._answer({"inputResponses": {key: {"action": "accept", "content": {"ok": True}} for key in keys}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.rounds.append(body)
+        if len(self.server.rounds) == 1:
+            self.close_connection = True  # the request was taken; its answer never comes
+            return
+        self._answer({"keys": {key: key for key in body["inputRequests"]}})
+
+
+@pytest.fixture
+def server() -> Iterator[LosesFirstRoundAnswer]:
+    server = LosesFirstRoundAnswer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_round_whose_answer_was_lost_is_sent_again_with_its_round_id(server: LosesFirstRoundAnswer) -> None:
+    """`ask` retries a POST whose answer was lost with the same body, `roundId` included, so the executor
+    hands back the keys it minted the first time (`transitions.add_input_requests`); a new round has a
+    new id."""
+    ctx = ToolContext(url=f"http://127.0.0.1:{server.server_address[1]}", token="t", retry_s=10)
+    question = content.form_request("Go on?", {"ok": {"type": "boolean"}})
+    assert ctx.ask({"go": question}) == {"go": {"action": "accept", "content": {"ok": True}}}
+    first, retried = server.rounds
+    assert first == retried, "the retry is the same request"
+    assert contract.ROUND_ID_PATTERN.fullmatch(first["roundId"])
+    ctx.ask({"go": question})
+    assert server.rounds[2]["roundId"] != first["roundId"], "each round has its own id"
