@@ -202,7 +202,8 @@ async def test_a_task_never_asks_for_input_its_client_did_not_declare(mcp: McpHt
 
 async def test_waiting_for_input_does_not_spend_the_run_time_but_has_its_own_limit(mcp: McpHttp) -> None:
     """`maxRunTimeSeconds` (3 s) counts working time only: a 3.5 s wait for the answer is not held against
-    it. One unanswered wait past `maxInputWaitSeconds` (6 s) ends the task, saying so."""
+    it. One unanswered wait past `maxInputWaitSeconds` (10 s: the answer below may take a few seconds on a busy
+    machine) ends the task, saying so."""
     answered = await mcp.start_task("patient_asker", {"seconds": 0.2})
     asked = await mcp.wait_status(answered, "input_required")
     # Stays: 3.5 s of real time in input_required is what is under test; the tool's own process keeps real time.
@@ -214,6 +215,6 @@ async def test_waiting_for_input_does_not_spend_the_run_time_but_has_its_own_lim
     assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "worked on late", done
 
     unanswered = await mcp.start_task("patient_asker", {"seconds": 0})
-    ended = await mcp.wait_status(unanswered, "completed", "failed", timeout_s=15)
+    ended = await mcp.wait_status(unanswered, "completed", "failed", timeout_s=20)
     assert ended["status"] == "failed"
-    assert "maxInputWaitSeconds" in ended["statusMessage"] and "6s" in ended["statusMessage"], ended
+    assert "maxInputWaitSeconds" in ended["statusMessage"] and "10s" in ended["statusMessage"], ended
