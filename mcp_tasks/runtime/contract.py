@@ -43,8 +43,9 @@ the caller cannot take input rounds (a legacy-era synchronous call). 412 `{"mess
 when the client did not declare the capability a request needs (`elicitation`, `elicitation.url`,
 `elicitation.form`, `sampling`, `roots`); nothing is issued then."""
 PATH_INPUT_RESPONSES: Final = "/input-responses"
-"""GET `?keys=a,b&waitMs=N` → `{"inputResponses": {key: response}}`: answers not yet taken, possibly
-partial, after waiting up to `waitMs` (capped by the server) for at least one. Each answer is handed out once."""
+"""GET `?keys=a,b&waitMs=N` → `{"inputResponses": {key: response}}`: the answers to those keys, possibly
+partial, after waiting up to `waitMs` (capped by the server) for at least one. Asked again for a key it
+already handed out (the first answer was lost), it hands that answer out again."""
 PATH_RESULT: Final = "/result"
 """POST `{"result": CallToolResult}` or `{"error": {code, message, data?}, "statusMessage": str}` → 204.
 

@@ -171,8 +171,11 @@ class ToolContext:
     def _call(self, method: str, path: str, body: Json | None = None, timeout_s: float | None = None) -> Json:
         """One worker-API call, retried while the server cannot be reached.
 
-        Unreachable or 502/503/504 (an operator restarting): retry with backoff (0.5 s doubling to 5 s)
-        for up to `retry_s` seconds. Other errors raise `WorkerApiError` at once.
+        Unreachable, no answer within the timeout, or 502/503/504 (an operator restarting): retry the same
+        request with backoff (0.5 s doubling to 5 s) for up to `retry_s` seconds. Repeating a call does
+        no harm: a round of input requests carries its `roundId`, a taken answer is handed out again, and
+        a second result is refused (409).
+        Other errors raise `WorkerApiError` at once.
         """
         self._check_cancelled()
         if self._url is None:
@@ -203,7 +206,7 @@ class ToolContext:
                     raise InputRequestFailed(f"The input could not be asked: {detail}") from exc
                 if exc.code not in _UNAVAILABLE or time.monotonic() + delay > deadline:
                     raise WorkerApiError(exc.code, detail) from exc
-            except (urllib.error.URLError, ConnectionError) as exc:
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 if isinstance(getattr(exc, "reason", None), ssl.SSLCertVerificationError):
                     raise WorkerApiError(495, f"the worker API's certificate is not trusted: {exc}") from exc
                 if time.monotonic() + delay > deadline:

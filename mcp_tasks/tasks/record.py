@@ -89,9 +89,12 @@ class TaskRecord:
     that holds it (a store that bounds its objects; read it with `tasks.arguments.load`).
     `input_requests` maps each *pending* key to a bare `{method, params}` input request;
     `issued_input_keys` lists every key ever issued, in order, so none is reused;
-    `input_round_id` is the id the worker sent with the latest round of input requests (the last keys of
-    `issued_input_keys` are that round's): a retried round, whose answer was lost, gets the same keys;
-    `input_responses` holds answered responses not yet consumed by the worker.
+    `input_round_digest` identifies the latest round of input requests (`transitions.round_digest` of the
+    worker's `roundId` and the requests; the last keys of `issued_input_keys` are that round's): a round
+    sent again, because its answer was lost, gets the same keys;
+    `input_responses` holds answered responses not yet consumed by the worker, and
+    `taken_input_responses` those it consumed, handed out again if it asks for them again (the answer to
+    its first ask was lost); both are dropped when the task ends or is run again.
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
     `client_capabilities` holds the input capabilities (`elicitation`, `sampling`, `roots`) the request
     that created the task declared; only input of those kinds may be asked (`None`: not recorded).
@@ -117,8 +120,9 @@ class TaskRecord:
     progress: JsonObject | None = None
     input_requests: dict[str, JsonObject] = field(default_factory=dict)
     issued_input_keys: tuple[str, ...] = ()
-    input_round_id: str | None = None
+    input_round_digest: str | None = None
     input_responses: dict[str, JsonObject] = field(default_factory=dict)
+    taken_input_responses: dict[str, JsonObject] = field(default_factory=dict)
     pre_input_responses: dict[str, JsonObject] = field(default_factory=dict)
     client_capabilities: JsonObject | None = None
     cancel_requested_at: datetime | None = None

@@ -7,7 +7,10 @@ for the task's lifetime"). Stores persist what these functions return, with comp
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -243,7 +246,7 @@ def request_cancel(record: TaskRecord, requested_by: str, now: datetime) -> Task
 def mint_input_key(suggested: str, issued: Iterable[str]) -> str:
     """A key never issued in this task's life: `suggested` itself if free, else `suggested-2`, `-3`, ..."""
     taken = set(issued)
-    base = _key_base(suggested)
+    base = suggested if suggested and len(suggested) <= 64 else "input"
     if base not in taken:
         return base
     n = 2
@@ -252,9 +255,18 @@ def mint_input_key(suggested: str, issued: Iterable[str]) -> str:
     return f"{base}-{n}"
 
 
-def _key_base(suggested: str) -> str:
-    """What a key minted for `suggested` starts with: itself, or `input` when empty or over 64 characters."""
-    return suggested if suggested and len(suggested) <= 64 else "input"
+def round_digest(round_id: str, requests: Iterable[tuple[str, JsonObject]]) -> str:
+    """What identifies one round of input requests: SHA-256 of the worker's `roundId` and the requests
+    (`(suggested key, {method, params})`, canonical JSON), base64url without padding (43 characters).
+    A reused id with other requests is another round.
+    """
+    canonical = json.dumps(
+        [round_id, [[suggested, request] for suggested, request in requests]],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
 
 
 def add_input_requests(
@@ -262,26 +274,29 @@ def add_input_requests(
 ) -> tuple[TaskRecord, list[str]]:
     """Issue input requests (`(suggested key, {method, params})` pairs) and park the task in `input_required`.
 
-    `round_id` makes the round idempotent: when it is the id of the round issued last
-    (`record.input_round_id`), the worker is retrying a request whose answer it never received (the
-    executor stopped, or the connection broke, after the durable write), so the record is returned
-    unchanged with that round's keys; a fresh round would mint new keys the client never sees answered.
-    Without an id every call is a new round.
+    `round_id` makes the round idempotent: when it and the requests are those of the round issued last
+    (`record.input_round_digest`, `round_digest`), the worker is retrying a request whose answer it never
+    received (the executor stopped, or the connection broke, after the durable write), so the record is
+    returned unchanged with that round's keys; a fresh round would mint new keys the client never sees
+    answered. Without an id every call is a new round.
 
     Returns the new record and the minted keys, in request order.
 
     Raises:
         InputCapabilityMissing: a request needs a capability the task's client did not declare
-            (`missing_input_capability`); nothing is issued (MCP 2026-07-28 client capabilities).
+            (`missing_input_capability`); nothing is issued (MCP 2026-07-28 client capabilities). Not
+            for a repeated round: its keys were issued already.
     """
     requests = list(requests)
+    digest = None if round_id is None else round_digest(round_id, requests)
+    if digest is not None and digest == record.input_round_digest and not record.status.is_terminal:
+        keys = list(record.issued_input_keys[-len(requests) :])
+        if requests and len(keys) == len(requests):
+            return record, keys
     for _suggested, request in requests:
         missing = missing_input_capability(record, request)
         if missing is not None:
             raise InputCapabilityMissing(missing, str(request.get("method")))
-    repeated = _repeated_round(record, [suggested for suggested, _ in requests], round_id)
-    if repeated is not None:
-        return record, repeated
     issued = list(record.issued_input_keys)
     pending = dict(record.input_requests)
     minted: list[str] = []
@@ -296,23 +311,9 @@ def add_input_requests(
         now,
         input_requests=pending,
         issued_input_keys=tuple(issued),
-        input_round_id=round_id,
+        input_round_digest=digest,
     )
     return updated, minted
-
-
-def _repeated_round(record: TaskRecord, suggested: list[str], round_id: str | None) -> list[str] | None:
-    """The keys of the last round when `round_id` names it and its keys fit `suggested`; else None."""
-    if round_id is None or round_id != record.input_round_id or not suggested or record.status.is_terminal:
-        return None
-    keys = list(record.issued_input_keys[-len(suggested) :])
-    if len(keys) != len(suggested):
-        return None
-    for wanted, key in zip(suggested, keys, strict=True):
-        base = _key_base(wanted)
-        if key != base and not (key.startswith(f"{base}-") and key[len(base) + 1 :].isdigit()):
-            return None  # the same id with other requests: not a retry, a new round
-    return keys
 
 
 def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now: datetime) -> TaskRecord:
@@ -358,13 +359,25 @@ def refuse_input_request(record: TaskRecord, key: str, error: JsonObject, now: d
 
 
 def take_input_responses(record: TaskRecord, keys: Iterable[str]) -> tuple[TaskRecord, dict[str, JsonObject]]:
-    """Hand the worker the answered responses for `keys` and drop them from the record (consumed once)."""
-    wanted = set(keys)
-    taken = {key: value for key, value in record.input_responses.items() if key in wanted}
-    if not taken:
+    """Hand the worker the answered responses for `keys`: unconsumed ones move to `taken_input_responses`
+    (consumed), and ones it took before are handed out again, without a write.
+
+    A worker asks again for a key it took only when the answer to its first ask was lost (the executor
+    stopped, or the connection broke, after the durable take), so the answer must still be there. A
+    finished task hands out nothing.
+    """
+    if record.status.is_terminal:
         return record, {}
-    remaining = {key: value for key, value in record.input_responses.items() if key not in taken}
-    return dataclasses.replace(record, input_responses=remaining), taken
+    wanted = set(keys)
+    fresh = {key: value for key, value in record.input_responses.items() if key in wanted}
+    again = {key: value for key, value in record.taken_input_responses.items() if key in wanted and key not in fresh}
+    if not fresh:
+        # alone, handed out again only when nothing asked for is still pending: a worker that asks for all
+        # of a round's keys each time waits for the next answer instead of spinning on the ones it has
+        return record, ({} if wanted & record.input_requests.keys() else again)
+    remaining = {key: value for key, value in record.input_responses.items() if key not in fresh}
+    taken = {**record.taken_input_responses, **fresh}
+    return dataclasses.replace(record, input_responses=remaining, taken_input_responses=taken), {**again, **fresh}
 
 
 def watch(record: TaskRecord, until: datetime) -> TaskRecord:
@@ -449,7 +462,8 @@ def _finish(record: TaskRecord, status: TaskStatus, now: datetime, **changes: ob
         now,
         input_requests={},
         input_responses={},
-        input_round_id=None,
+        taken_input_responses={},
+        input_round_digest=None,
         lease=None,
         ttl_ms=ttl_ms,
         **changes,
@@ -517,8 +531,9 @@ def cancel(record: TaskRecord, now: datetime, status_message: str = "Cancelled a
 def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
     """Prepare an idempotent task whose run ended without a result (worker lost, server stopped) for a fresh run.
 
-    Pending requests and unconsumed answers belong to the lost run and are dropped; issued keys are kept
-    so the new run can never reuse one.
+    Pending requests belong to the lost run and are dropped, and its unconsumed answers count as taken
+    (the new run's keys are new, so it is never handed one; the Kubernetes view, which keeps every answer
+    in `spec`, reads them so); issued keys are kept so the new run can never reuse one.
     """
     return _move(
         record,
@@ -526,6 +541,8 @@ def reset_for_rerun(record: TaskRecord, now: datetime) -> TaskRecord:
         now,
         input_requests={},
         input_responses={},
+        taken_input_responses={**record.taken_input_responses, **record.input_responses},
+        input_round_digest=None,
         input_wait_ms=0,
         input_required_since=None,
         lease=None,

@@ -53,14 +53,14 @@ async def test_input_keys_are_never_reused_within_a_task(mcp: McpHttp) -> None:
 
 async def test_a_round_of_input_requests_sent_again_is_asked_once(mcp: McpHttp) -> None:
     """A worker that sends its round again with the same `roundId` (its first answer was lost) gets the same
-    key, and the client sees one request, not a second copy it would have to answer too; a malformed
-    `roundId` is refused with 400 and issues nothing."""
+    key, and the client sees one request, not a second copy it would have to answer too; a worker that asks
+    again for an answer it took gets it again; a malformed `roundId` is refused with 400 and issues nothing."""
     task_id = await mcp.start_task("round_resender")
     asked = await mcp.wait_status(task_id, "input_required")
     assert list(asked["inputRequests"]) == ["go"]
     await mcp.update(task_id, {"go": {"action": "accept", "content": {"ok": True}}})
     done = await mcp.wait_status(task_id, "completed", "failed")
-    assert done["result"]["content"][0]["text"] == "400 go go accept", done
+    assert done["result"]["content"][0]["text"] == "400 go go accept accept", done
 
 
 async def test_cancel_of_a_running_task_acks_at_once_then_settles_cancelled(mcp: McpHttp) -> None:

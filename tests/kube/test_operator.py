@@ -195,21 +195,22 @@ async def test_a_round_of_input_requests_sent_again_gets_its_keys_from_the_mcpta
     control_plane: ControlPlane,
     namespace: str,
 ) -> None:
-    """The round id lives in the McpTask's status (`inputRoundId`; the CRD keeps it, an unknown field would
-    be pruned), so a pod that sends its round again, as after an operator restart lost the first answer,
-    gets the same key from whichever replica answers."""
+    """The round's digest lives in the McpTask's status (`inputRoundDigest`; the CRD keeps it, an unknown
+    field would be pruned), so a pod that sends its round again, as after an operator restart lost the first
+    answer, gets the same key from whichever replica answers; an answer it took is handed out again."""
     operators.start()
     mcp = client(http_session, await gateways.start())
     task_id = await mcp.start_task("round_resender", {})
     asked = await mcp.wait_status(task_id, "input_required", timeout_s=WAIT_S)
     assert list(asked["inputRequests"]) == ["go"]
     stored = get_object(control_plane, namespace, task_id)
-    assert stored is not None and stored["status"]["inputRoundId"] == "resent-round", stored["status"]
+    assert stored is not None
+    assert len(stored["status"]["inputRoundDigest"]) == 43, stored["status"]
     await mcp.update(task_id, {"go": {"action": "accept", "content": {"ok": True}}})
     done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=WAIT_S)
-    assert done["result"]["content"][0]["text"] == "400 go go accept", done
+    assert done["result"]["content"][0]["text"] == "400 go go accept accept", done
     finished = get_object(control_plane, namespace, task_id)
-    assert finished is not None and "inputRoundId" not in finished["status"], "a finished task drops it"
+    assert finished is not None and "inputRoundDigest" not in finished["status"], "a finished task drops it"
 
 
 UNPULLABLE = """\

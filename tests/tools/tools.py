@@ -73,8 +73,9 @@ def _worker_api(method: str, path: str, body: dict[str, Any] | None = None) -> A
 
 def round_resender(ctx: ToolContext) -> str:
     """Sends its round of input requests twice with one `roundId`, as a tool does whose first answer was
-    lost (the executor restarted mid-answer), then waits for the answer to the key the first POST got.
-    Before that, a malformed `roundId` must be refused (its status code leads the result)."""
+    lost (the executor restarted mid-answer), then waits for the answer to the key the first POST got, and
+    asks for it once more, as after a lost answer to that GET. Before that, a malformed `roundId` must be
+    refused (its status code leads the result)."""
     question = content.form_request("Go on?", {"ok": {"type": "boolean"}}, ["ok"])
     body = {"inputRequests": {"go": question}, "roundId": "resent-round"}
     try:
@@ -83,10 +84,11 @@ def round_resender(ctx: ToolContext) -> str:
     except urllib.error.HTTPError as exc:
         malformed = str(exc.code)
     first, second = (_worker_api("POST", contract.PATH_INPUT_REQUESTS, body)["keys"]["go"] for _ in range(2))
-    while True:
-        answers = _worker_api("GET", f"{contract.PATH_INPUT_RESPONSES}?keys={first}&waitMs={contract.MAX_WAIT_MS}")
-        if first in answers["inputResponses"]:
-            return f"{malformed} {first} {second} {answers['inputResponses'][first]['action']}"
+    query = f"{contract.PATH_INPUT_RESPONSES}?keys={first}&waitMs="
+    while first not in (answers := _worker_api("GET", f"{query}{contract.MAX_WAIT_MS}")["inputResponses"]):
+        pass
+    again = _worker_api("GET", f"{query}0")["inputResponses"].get(first, {}).get("action", "nothing")
+    return f"{malformed} {first} {second} {answers[first]['action']} {again}"
 
 
 def confirmed(ctx: ToolContext) -> str:

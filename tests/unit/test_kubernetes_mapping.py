@@ -124,6 +124,17 @@ def test_answers_given_before_the_executor_consumes_them_survive_a_rerun_and_com
     assert obj["spec"]["inputResponses"] == {"q": ANSWER}, "client intent is never rewritten"
 
 
+def test_an_answer_the_executor_took_is_handed_out_again_from_the_spec() -> None:
+    """Consuming an answer drops its request from `status.inputRequests`; the answer stays in the spec, so a
+    worker that asks again (the answer to its first ask was lost) gets it, from any replica's view."""
+    obj = _fresh()
+    obj, _ = _step(obj, lambda r: transitions.add_input_requests(r, [("q", ELICIT)], NOW)[0], "status")
+    obj, _ = _step(obj, lambda r: transitions.answer_input_requests(r, {"q": ANSWER}, NOW), "spec")
+    obj, view = _step(obj, lambda r: transitions.take_input_responses(r, ["q"])[0], "status")
+    assert "inputRequests" not in obj["status"] and view.input_responses == {}
+    assert transitions.take_input_responses(view, ["q"]) == (view, {"q": ANSWER})
+
+
 def test_fields_fixed_at_creation_cannot_change() -> None:
     obj = _fresh()
     record = mapping.to_record(obj)

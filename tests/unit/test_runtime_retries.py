@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,12 +15,14 @@ from mcp_tasks.runtime import ToolContext, content, contract
 
 
 class LosesFirstRoundAnswer(ThreadingHTTPServer):
-    """A worker API that records each input-requests body and drops the connection, unanswered, after the
-    first one (as when an executor is killed between its durable write and its answer)."""
+    """A worker API that records each input-requests body and never answers the first one: it drops the
+    connection (an executor killed between its durable write and its answer) or, with `stall_s`, holds it
+    that long first (an executor on a lost node: no reset, the client's timeout ends it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stall_s: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.rounds: list[dict[str, Any]] = []
+        self.stall_s = stall_s
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,14 +50,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.rounds.append(body)
         if len(self.server.rounds) == 1:
+            time.sleep(self.server.stall_s)
             self.close_connection = True  # the request was taken; its answer never comes
             return
         self._answer({"keys": {key: key for key in body["inputRequests"]}})
 
 
-@pytest.fixture
-def server() -> Iterator[LosesFirstRoundAnswer]:
-    server = LosesFirstRoundAnswer()
+@pytest.fixture(params=[0.0, 2.0], ids=["dropped", "stalled"])
+def server(request: pytest.FixtureRequest) -> Iterator[LosesFirstRoundAnswer]:
+    server = LosesFirstRoundAnswer(stall_s=request.param)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -65,10 +69,10 @@ def server() -> Iterator[LosesFirstRoundAnswer]:
 
 
 def test_a_round_whose_answer_was_lost_is_sent_again_with_its_round_id(server: LosesFirstRoundAnswer) -> None:
-    """`ask` retries a POST whose answer was lost with the same body, `roundId` included, so the executor
-    hands back the keys it minted the first time (`transitions.add_input_requests`); a new round has a
-    new id."""
-    ctx = ToolContext(url=f"http://127.0.0.1:{server.server_address[1]}", token="t", retry_s=10)
+    """`ask` retries a POST whose answer was lost (connection dropped, or no answer within the timeout)
+    with the same body, `roundId` included, so the executor hands back the keys it minted the first time
+    (`transitions.add_input_requests`); a new round has a new id."""
+    ctx = ToolContext(url=f"http://127.0.0.1:{server.server_address[1]}", token="t", timeout_s=1.0, retry_s=10)
     question = content.form_request("Go on?", {"ok": {"type": "boolean"}})
     assert ctx.ask({"go": question}) == {"go": {"action": "accept", "content": {"ok": True}}}
     first, retried = server.rounds

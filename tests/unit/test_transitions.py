@@ -48,22 +48,50 @@ def test_keys_are_minted_once_per_task_life() -> None:
 
 def test_a_retried_round_gets_its_keys_again_and_a_new_round_new_keys() -> None:
     """A worker whose answer to POST /input-requests was lost sends the same round again: the same keys,
-    nothing written (the client may already have answered them); any other id, or none, is a new round."""
-    record, keys = transitions.add_input_requests(fresh(), [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
-    assert keys == ["a", "b"] and record.input_round_id == "round-1"
+    nothing written (the client may already have answered them); any other id, or none, is a new round,
+    and so is the same id with other requests."""
+    round_1 = [("a", ELICIT), ("b", ELICIT)]
+    record, keys = transitions.add_input_requests(fresh(), round_1, NOW, "round-1")
+    assert keys == ["a", "b"] and record.input_round_digest == transitions.round_digest("round-1", round_1)
+    assert len(record.input_round_digest) == 43
     answered = transitions.answer_input_requests(record, {"a": {"action": "accept"}}, NOW)
-    again, repeated = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
+    again, repeated = transitions.add_input_requests(answered, round_1, NOW, "round-1")
     assert repeated == ["a", "b"] and again is answered, "a retry writes nothing"
-    _, other = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW, "round-2")
-    assert other == ["a-2", "b-2"]
-    _, unnamed = transitions.add_input_requests(answered, [("a", ELICIT), ("b", ELICIT)], NOW)
-    assert unnamed == ["a-2", "b-2"]
-    _, changed = transitions.add_input_requests(answered, [("c", ELICIT)], NOW, "round-1")
-    assert changed == ["c"], "the same id with other requests is not a retry"
+    assert transitions.add_input_requests(answered, round_1, NOW, "round-2")[1] == ["a-2", "b-2"]
+    assert transitions.add_input_requests(answered, round_1, NOW)[1] == ["a-2", "b-2"]
+    other = {"method": "elicitation/create", "params": {"message": "another?", "requestedSchema": {"type": "object"}}}
+    assert transitions.add_input_requests(answered, [("a", other), ("b", ELICIT)], NOW, "round-1")[1] == ["a-2", "b-2"]
+    rerun = transitions.reset_for_rerun(answered, NOW)
+    assert rerun.input_round_digest is None
+    assert transitions.add_input_requests(rerun, round_1, NOW, "round-1")[1] == ["a-2", "b-2"]
     finished = transitions.complete(answered, {"content": []}, NOW)
-    assert finished.input_round_id is None
+    assert finished.input_round_digest is None
     with pytest.raises(IllegalTransition):
-        transitions.add_input_requests(finished, [("a", ELICIT), ("b", ELICIT)], NOW, "round-1")
+        transitions.add_input_requests(finished, round_1, NOW, "round-1")
+
+
+def test_a_repeated_round_is_not_refused_for_a_capability_a_later_round_dropped() -> None:
+    """A hidden task's next input round may declare fewer capabilities (`next_round`); the keys of the
+    round already issued are handed back all the same when the worker sends that round again."""
+    record, keys = transitions.add_input_requests(fresh(), [("a", ELICIT)], NOW, "r")
+    narrowed = dataclasses.replace(record, client_capabilities={})
+    with pytest.raises(InputCapabilityMissing):
+        transitions.add_input_requests(narrowed, [("a", ELICIT)], NOW, "another")
+    assert transitions.add_input_requests(narrowed, [("a", ELICIT)], NOW, "r")[1] == keys
+
+
+def test_an_answer_asked_for_again_waits_while_another_asked_for_is_pending() -> None:
+    """A worker that asks for every key of its round each time is handed a taken answer again only with a
+    fresh one or once nothing it asks for is pending, so it waits instead of spinning."""
+    record, (a, b) = transitions.add_input_requests(fresh(), [("a", ELICIT), ("b", ELICIT)], NOW, "r")
+    record = transitions.answer_input_requests(record, {a: {"action": "accept"}}, NOW)
+    record, taken = transitions.take_input_responses(record, [a, b])
+    assert taken == {a: {"action": "accept"}}
+    assert transitions.take_input_responses(record, [a, b]) == (record, {}), "b is pending: wait"
+    record = transitions.answer_input_requests(record, {b: {"action": "decline"}}, NOW)
+    record, taken = transitions.take_input_responses(record, [a, b])
+    assert taken == {a: {"action": "accept"}, b: {"action": "decline"}}
+    assert transitions.take_input_responses(record, [a, b])[1] == taken, "nothing pending: handed out again"
 
 
 def test_partial_answers_keep_input_required_until_none_pending() -> None:
@@ -75,7 +103,10 @@ def test_partial_answers_keep_input_required_until_none_pending() -> None:
     assert record.status is TaskStatus.WORKING and record.last_updated_at == NOW + timedelta(seconds=1)
     record, taken = transitions.take_input_responses(record, [a, b])
     assert set(taken) == {a, b} and record.input_responses == {}
-    assert transitions.take_input_responses(record, [a])[1] == {}
+    again, handed = transitions.take_input_responses(record, [a])
+    assert handed == {a: taken[a]} and again is record, "asked again (its answer was lost): the same, no write"
+    finished = transitions.complete(record, {"content": []}, NOW)
+    assert finished.taken_input_responses == {} and transitions.take_input_responses(finished, [a])[1] == {}
 
 
 def test_terminal_states_never_change() -> None:

@@ -2,7 +2,8 @@
 
 The record is a *view* of `(spec, status)`: answers live in `spec.inputResponses` (client intent,
 written by the gateway), the requests they answer stay in `status.inputRequests` until the executor
-consumes them. So a key is *pending* when it is in `status.inputRequests` and not answered, and a task
+consumes them. So a key is *pending* when it is in `status.inputRequests` and not answered, *taken* when
+it was issued and answered but is no longer there (`TaskRecord.taken_input_responses`), and a task
 the executor parked in `input_required` reads as `working` as soon as every pending key is answered:
 `tasks/update` "removes answered keys from inputRequests before it acknowledges" (ARCHITECTURE.md
 §Consistency rules) with one write to `spec`, and the executor's writes touch only `status`.
@@ -170,6 +171,8 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
     answered = spec.input_responses
     pending = {key: request for key, request in status.input_requests.items() if key not in answered}
     unconsumed = {key: answered[key] for key in status.input_requests if key in answered}
+    # consumed: answered, issued, and no longer in status.inputRequests (the spec keeps every answer)
+    taken = {key: answered[key] for key in status.issued_input_keys if key in answered and key not in unconsumed}
     task_status = status.task_status
     if task_status is TaskStatus.INPUT_REQUIRED and not pending:
         task_status = TaskStatus.WORKING
@@ -202,8 +205,9 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         progress=status.progress,
         input_requests=pending,
         issued_input_keys=tuple(status.issued_input_keys),
-        input_round_id=status.input_round_id,
+        input_round_digest=status.input_round_digest,
         input_responses=unconsumed,
+        taken_input_responses={} if task_status.is_terminal else taken,
         pre_input_responses=spec.pre_input_responses,
         client_capabilities=spec.client_capabilities,
         traceparent=spec.traceparent,
@@ -341,7 +345,7 @@ def _executor_status(current: Parsed, record: TaskRecord) -> McpTaskStatus:
         ttl_ms=None if record.ttl_ms == current.spec.ttl_ms else record.ttl_ms,
         input_requests={**kept_requests, **record.input_requests},
         issued_input_keys=list(record.issued_input_keys),
-        input_round_id=record.input_round_id,
+        input_round_digest=record.input_round_digest,
         result=record.result,
         error=record.error,
         lease=None if record.lease is None else _task_lease(record.lease),

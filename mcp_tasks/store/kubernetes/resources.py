@@ -170,8 +170,9 @@ class McpTaskStatus(_Resource):
     """Current retention in ms from `createdAt`; raised while the task runs (SEP-2663: ttlMs may change)."""
     input_requests: dict[str, JsonObject] = Field(default_factory=dict, alias="inputRequests")
     issued_input_keys: list[str] = Field(default_factory=list, alias="issuedInputKeys")
-    input_round_id: str | None = Field(None, alias="inputRoundId", max_length=64)
-    """The worker's id for the latest round of input requests, so a retried round gets the same keys."""
+    input_round_digest: str | None = Field(None, alias="inputRoundDigest", max_length=64)
+    """Digest of the latest round of input requests and the worker's id for it, so a round sent again
+    (its answer was lost) gets the same keys."""
     result: JsonObject | None = None
     """The inlined `CallToolResult` (bounded by the inline cap; larger results are artifact links)."""
     error: JsonObject | None = None
