@@ -7,7 +7,7 @@ makes it (executor writes on the status subresource, client writes on `spec`):
 
 1. the executor claims the task (a lease, attempt 1),
 2. reports progress (`statusMessage` + `progress`),
-3. asks for input (one `elicitation/create` request: `input_required`),
+3. asks for input (one `elicitation/create` request with its `roundId`: `input_required`),
 4. the client answers it (`tasks/update`, a `spec` write),
 5. the executor consumes the answer (back to `working`),
 6. renews its lease,
@@ -158,7 +158,8 @@ async def run_one_task(kubeconfig: Path, namespace: str, arguments: dict[str, An
 
         record = await executor(transitions.claim(record, "operator-0", utc_now(), lease, retention))
         record = await executor(transitions.report_progress(record, 1, 3, None, utc_now()))
-        record, keys = transitions.add_input_requests(record, [("approve", dict(ELICITATION))], utc_now())
+        round_id = "Zk3qv0b1T2xYc9Lw"  # as the tool runtime sends one (16 characters)
+        record, keys = transitions.add_input_requests(record, [("approve", dict(ELICITATION))], utc_now(), round_id)
         record = await executor(record)
         record = await store.compare_and_swap(
             transitions.answer_input_requests(record, {keys[0]: dict(ANSWER)}, utc_now()), Writer.CLIENT
