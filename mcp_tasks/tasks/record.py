@@ -94,7 +94,8 @@ class TaskRecord:
     sent again, because its answer was lost, gets the same keys;
     `input_responses` holds answered responses not yet consumed by the worker, and
     `taken_input_responses` those it consumed, handed out again if it asks for them again (the answer to
-    its first ask was lost); both are dropped when the task ends or is run again.
+    its first ask was lost); both are dropped when the task ends (a re-run counts the lost run's
+    unconsumed answers as taken: its keys are new, so it is never handed one).
     `pre_input_responses` are the answers to the tool's `inputBeforeTask` requests (pre-creation MRTR).
     `client_capabilities` holds the input capabilities (`elicitation`, `sampling`, `roots`) the request
     that created the task declared; only input of those kinds may be asked (`None`: not recorded).

@@ -132,7 +132,8 @@ async def post_input_requests(request: web.Request) -> web.Response:
     """POST /input-requests {inputRequests, roundId?} → {keys: {suggested: minted}}; 412 `{message, capability}`.
 
     `roundId` (optional, `contract.ROUND_ID_PATTERN`): the worker's id for this round; a retry with the id
-    of the task's latest round gets that round's keys again (its first answer was lost), not new ones.
+    and the requests of the task's latest round gets that round's keys again (its first answer was lost),
+    not new ones.
     """
     execution = await _execution(request)
     body = await _json_body(request)
