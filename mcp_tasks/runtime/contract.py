@@ -45,7 +45,8 @@ when the client did not declare the capability a request needs (`elicitation`, `
 PATH_INPUT_RESPONSES: Final = "/input-responses"
 """GET `?keys=a,b&waitMs=N` → `{"inputResponses": {key: response}}`: the answers to those keys, possibly
 partial, after waiting up to `waitMs` (capped by the server) for at least one. Asked again for a key it
-already handed out (the first answer was lost), it hands that answer out again."""
+already handed out (the first answer was lost), it hands that answer out again: with a new answer, or
+at once when none of the keys asked for is still unanswered (else it waits for one)."""
 PATH_RESULT: Final = "/result"
 """POST `{"result": CallToolResult}` or `{"error": {code, message, data?}, "statusMessage": str}` → 204.
 

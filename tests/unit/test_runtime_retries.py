@@ -75,8 +75,9 @@ def test_a_round_whose_answer_was_lost_is_sent_again_with_its_round_id(server: L
     ctx = ToolContext(url=f"http://127.0.0.1:{server.server_address[1]}", token="t", timeout_s=1.0, retry_s=10)
     question = content.form_request("Go on?", {"ok": {"type": "boolean"}})
     assert ctx.ask({"go": question}) == {"go": {"action": "accept", "content": {"ok": True}}}
-    first, retried = server.rounds
-    assert first == retried, "the retry is the same request"
+    first, *retries = server.rounds  # one retry; more only if a retry too outlived the timeout
+    assert retries and all(retry == first for retry in retries), "every retry is the same request"
     assert contract.ROUND_ID_PATTERN.fullmatch(first["roundId"])
+    sent = len(server.rounds)
     ctx.ask({"go": question})
-    assert server.rounds[2]["roundId"] != first["roundId"], "each round has its own id"
+    assert server.rounds[sent]["roundId"] != first["roundId"], "each round has its own id"
