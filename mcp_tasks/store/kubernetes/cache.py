@@ -17,7 +17,7 @@ from mcp_tasks.store.kubernetes import mapping
 
 _SUMMARY_DROPS: Final = {
     "spec": ("arguments", "preInputResponses", "inputResponses", "clientCapabilities"),
-    "status": ("result", "progress", "inputRequests", "issuedInputKeys", "inputRoundDigest", "conditions"),
+    "status": ("result", "progress", "inputRequests", "issuedInputKeys", "conditions"),
 }
 """What a finished task's summary leaves out: everything only a reader of its result or history needs."""
 
