@@ -37,7 +37,7 @@ def _record() -> TaskRecord:
     now = utc_now()
     return TaskRecord(
         task_id=mint_task_id(),
-        owner=Owner("bench", "bench"),
+        owner=Owner("bench", "bench", "static"),
         tool="bench_wait",
         arguments={},
         status=TaskStatus.WORKING,

@@ -29,7 +29,7 @@ from mcp_tasks.cli.serve import (
     run_until_signalled,
     warm_peer_tls,
 )
-from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError
+from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
@@ -137,6 +137,7 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         full_objects=kube.cache_full_objects,
         artifacts=artifacts,
         inline_arguments_max_bytes=kube.inline_arguments_max_bytes,
+        legacy_issuer=legacy_owner_issuer(settings),
     )
     observability.record_writes(store)
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from mcp_tasks import __version__, gateway, observability
 from mcp_tasks.cli.artifacts import artifact_store
-from mcp_tasks.cli.settings import Settings, SettingsError
+from mcp_tasks.cli.settings import Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.gateway import MCP_PATH, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.identity.gate import Gate, TokenReviewer
@@ -123,7 +123,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     gateway_settings = replace(
         settings.gateway, server_version=__version__, request_state_secret=load_request_state_key(data_dir)
     )
-    store = SqliteTaskStore(data_dir / "tasks.sqlite3")
+    store = SqliteTaskStore(data_dir / "tasks.sqlite3", legacy_issuer=legacy_owner_issuer(settings))
     observability.record_writes(store)
     catalog = FileToolCatalog(serve.tools_dirs)
     artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)

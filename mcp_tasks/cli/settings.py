@@ -24,6 +24,7 @@ from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
 from mcp_tasks.store.settings import ArtifactSettings
 from mcp_tasks.tasks import pod_shape
+from mcp_tasks.tasks.owner import LOCAL_ISSUER, SERVICE_ACCOUNT_ISSUER, STATIC_ISSUER, legacy_issuer
 
 
 class SettingsError(ValueError):
@@ -284,6 +285,24 @@ def _validate_artifacts(settings: Settings) -> None:
         raise SettingsError(f"MCPTASKS_S3_TIMEOUT_S must be positive, got {artifacts.s3_timeout_s}")
 
 
+def trusted_issuers(settings: Settings) -> frozenset[str]:
+    """Everyone this server's configuration lets vouch for a principal (`tasks.owner`): `static` with a
+    token file, each OIDC issuer URL, `kubernetes` with ServiceAccount tokens; `local` when none is set.
+    """
+    auth = settings.auth
+    trusted = set(auth.oidc_issuer)
+    if settings.serve.tokens_file is not None:
+        trusted.add(STATIC_ISSUER)
+    if auth.service_account_tokens:
+        trusted.add(SERVICE_ACCOUNT_ISSUER)
+    return frozenset(trusted or {LOCAL_ISSUER})
+
+
+def legacy_owner_issuer(settings: Settings) -> str:
+    """The issuer the task stores give tasks stored before owners named one (`tasks.owner.legacy_issuer`)."""
+    return legacy_issuer(settings.auth.legacy_owner_issuer, trusted_issuers(settings))
+
+
 def _validate_auth(settings: Settings, command: str) -> None:
     """The `auth` group's rules: issuer URLs, an audience where `Host` cannot be trusted, the gateway only."""
     auth = settings.auth
@@ -298,6 +317,13 @@ def _validate_auth(settings: Settings, command: str) -> None:
         raise SettingsError(
             "MCPTASKS_OIDC_ISSUER on a non-loopback address needs MCPTASKS_RESOURCE_URI (this server's canonical "
             "URI, e.g. https://mcp.example.com/mcp) or MCPTASKS_OIDC_AUDIENCE: tokens are checked for it"
+        )
+    legacy = auth.legacy_owner_issuer
+    if legacy and legacy not in trusted_issuers(settings):
+        raise SettingsError(
+            f"MCPTASKS_LEGACY_OWNER_ISSUER names {legacy!r}, which this server does not trust; name one of "
+            f"{', '.join(sorted(trusted_issuers(settings)))} (who created the tasks stored before owners named "
+            "their issuer)"
         )
     if auth.service_account_tokens and command != "gateway":
         raise SettingsError("MCPTASKS_SERVICE_ACCOUNT_TOKENS needs a cluster: use it with `mcptasks gateway`")

@@ -21,11 +21,11 @@ from kubernetes_asyncio.client import ApiClient
 from mcp_tasks.gateway.identity.principal import Identity, Refused
 from mcp_tasks.store.kubernetes import client
 from mcp_tasks.tasks.errors import StoreUnavailable
-from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.owner import SERVICE_ACCOUNT_ISSUER, Owner
 
 logger = logging.getLogger("mcp_tasks.gateway.identity")
 
-ISSUER: Final = "kubernetes"
+ISSUER: Final = SERVICE_ACCOUNT_ISSUER
 """The `issuer` of a ServiceAccount principal in the audit trail."""
 
 REMEMBER_S: Final = 60.0
@@ -79,7 +79,7 @@ class TokenReviews:
         namespace, _, account = username.removeprefix(_PREFIX).partition(":")
         if not username.startswith(_PREFIX) or not namespace or not account:
             raise Refused("invalid_token", "The token is not a ServiceAccount's")
-        identity = Identity(Owner(namespace, account), "kubernetes", ISSUER)
+        identity = Identity(Owner(namespace, account, ISSUER), "kubernetes", ISSUER)
         if len(self._accepted) >= MAX_REMEMBERED:
             self._accepted.clear()
         self._accepted[key] = (identity, now + min(REMEMBER_S, _seconds_left(token)))

@@ -1,4 +1,4 @@
-"""Authentication: bearer tokens → `Owner(tenant, subject)`, from a YAML token file.
+"""Authentication: bearer tokens → `Owner(tenant, subject, "static")`, from a YAML token file.
 
 Token file format (`--tokens FILE`):
 
@@ -21,7 +21,7 @@ from typing import Protocol
 
 import yaml
 
-from mcp_tasks.tasks.owner import LOCAL_OWNER, Owner
+from mcp_tasks.tasks.owner import LOCAL_OWNER, STATIC_ISSUER, Owner
 
 
 class Unauthenticated(Exception):
@@ -68,7 +68,7 @@ class TokenFileAuthenticator:
             digest = hashlib.sha256(entry["token"].encode()).digest()
             if digest in self._owners:
                 raise ValueError(f"{path}: tokens[{index}] repeats an earlier token; every token must be unique")
-            self._owners[digest] = Owner(entry["tenant"], entry["subject"])
+            self._owners[digest] = Owner(entry["tenant"], entry["subject"], STATIC_ISSUER)
 
     def authenticate(self, headers: Mapping[str, str]) -> Owner:
         """Resolve `Authorization: Bearer <token>`."""

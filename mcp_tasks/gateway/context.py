@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.legacy_sessions import LiveCalls
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
@@ -40,7 +41,10 @@ def _never_gone() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One validated request: its message, `_meta` envelope, authenticated owner and headers.
+    """One validated request: its message, `_meta` envelope, authenticated caller and headers.
+
+    `identity` is the caller `gate.authenticate` established for this request, passed explicitly to every
+    handler (its `owner` owns the tasks the request creates or reads; its scopes select the tools it sees).
 
     `client_gone()` tells whether the client has closed the connection this request came on (a
     synchronous call then stops its tool instead of running it for nobody). `progress`, set when the
@@ -49,11 +53,16 @@ class RequestContext:
 
     message: Message
     envelope: RequestEnvelope
-    owner: Owner
+    identity: Identity
     headers: Mapping[str, str]
     services: Services
     client_gone: Callable[[], bool] = field(default=_never_gone)
     progress: ProgressSink | None = None
+
+    @property
+    def owner(self) -> Owner:
+        """The principal that owns the tasks this request creates or reads (`identity.owner`)."""
+        return self.identity.owner
 
     @property
     def params(self) -> JsonObject:

@@ -59,7 +59,7 @@ async def list_tools(ctx: RequestContext) -> JsonObject:
     """
     offset = _decode_cursor(ctx.params.get("cursor"))
     catalog = ctx.services.catalog.list_tools()
-    tools = scopes.visible(catalog)
+    tools = scopes.visible(catalog, ctx.identity)
     size = ctx.services.settings.list_page_size
     page = tools[offset : offset + size]
     result = ListToolsResult(

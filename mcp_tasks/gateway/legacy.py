@@ -29,6 +29,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway import artifacts, discovery, legacy_calls, legacy_sessions, tool_calls
 from mcp_tasks.gateway.context import ClientGone, RequestContext, Services
+from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, MethodNotFound, ProtocolError
@@ -92,12 +93,16 @@ def is_input_reply(payload: Any) -> bool:
 
 
 def _context(
-    message: Message, owner: Owner, headers: Mapping[str, str], services: Services, client_gone: Callable[[], bool]
+    message: Message,
+    identity: Identity,
+    headers: Mapping[str, str],
+    services: Services,
+    client_gone: Callable[[], bool],
 ) -> RequestContext:
     """A `RequestContext` for the modern handlers we reuse; a legacy request declares no capabilities."""
     version = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip() or constants.LEGACY_DEFAULT_VERSION
     envelope = RequestEnvelope(protocol_version=version, client_capabilities={}, meta={})
-    return RequestContext(message, envelope, owner, headers, services, client_gone)
+    return RequestContext(message, envelope, identity, headers, services, client_gone)
 
 
 def _legacy_form(result: JsonObject) -> JsonObject:
@@ -180,7 +185,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext, session: str | N
 async def serve(
     request: web.Request,
     message: Message,
-    owner: Owner,
+    identity: Identity,
     services: Services,
     mapper: Callable[[Exception], ProtocolError],
     client_gone: Callable[[], bool],
@@ -190,6 +195,7 @@ async def serve(
     `mapper` is the gateway's one exception → `ProtocolError` mapper. Notifications get 202; requests
     get a JSON result or error (HTTP 200), or, for a streamed `tools/call`, an SSE stream.
     """
+    owner = identity.owner
     session: str | None = None
     if message.method != constants.METHOD_INITIALIZE:  # initialize starts over, whatever it carries
         try:
@@ -204,7 +210,7 @@ async def serve(
                 mapper(exc)
         return web.Response(status=202)
     assert message.request_id is not None
-    ctx = _context(message, owner, request.headers, services, client_gone)
+    ctx = _context(message, identity, request.headers, services, client_gone)
     try:
         if message.method == constants.METHOD_INITIALIZE:
             session_id = legacy_sessions.mint_session_id(services.settings.request_state_secret, owner)

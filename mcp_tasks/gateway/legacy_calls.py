@@ -92,13 +92,13 @@ def call_task_id(secret: bytes, owner: Owner, session: str, request_id: RequestI
     """The hidden task id of a legacy call in a session: 128 bits of HMAC over the principal, the session's
     nonce (`legacy_sessions.session_nonce`), the JSON-RPC id and the generation (0 to `GENERATIONS - 1`).
     """
-    parts = (owner.tenant, owner.subject, session, json.dumps(request_id), str(generation))
+    parts = (owner.tenant, owner.subject, owner.issuer, session, json.dumps(request_id), str(generation))
     return TaskId(legacy_sessions.mac(secret, "legacy-session-call", *parts))
 
 
 def input_reply_id(secret: bytes, owner: Owner, task_id: str, key: str) -> str:
     """`mcptasks-input.<taskId>.<base64url key>.<HMAC>`: the id of the request that asks for input `key`."""
-    mac = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+    mac = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, owner.issuer, task_id, key)
     return f"{INPUT_REPLY_PREFIX}{task_id}.{_b64(key.encode())}.{mac}"
 
 
@@ -113,7 +113,7 @@ def parse_input_reply_id(secret: bytes, owner: Owner, reply_id: str) -> tuple[st
     task_id, encoded_key, mac = parts
     try:
         key = base64.urlsafe_b64decode(encoded_key + "=" * (-len(encoded_key) % 4)).decode()
-        expected = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, task_id, key)
+        expected = legacy_sessions.mac(secret, "legacy-input", owner.tenant, owner.subject, owner.issuer, task_id, key)
     except (ValueError, binascii.Error, UnicodeError):  # not base64, not UTF-8, a lone surrogate
         return None
     return (task_id, key) if hmac.compare_digest(mac, expected) else None

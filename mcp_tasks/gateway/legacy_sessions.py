@@ -53,7 +53,7 @@ def mint_session_id(secret: bytes, owner: Owner) -> str:
     cryptographically secure); the HMAC binds it to `owner` under `secret`.
     """
     nonce = secrets.token_hex(16)
-    return f"{nonce}.{mac(secret, 'legacy-session', owner.tenant, owner.subject, nonce)}"
+    return f"{nonce}.{mac(secret, 'legacy-session', owner.tenant, owner.subject, owner.issuer, nonce)}"
 
 
 def session_nonce(secret: bytes, owner: Owner, session_id: str) -> str | None:
@@ -62,7 +62,7 @@ def session_nonce(secret: bytes, owner: Owner, session_id: str) -> str | None:
     if parts is None:
         return None
     nonce, signature = parts.groups()
-    expected = mac(secret, "legacy-session", owner.tenant, owner.subject, nonce)
+    expected = mac(secret, "legacy-session", owner.tenant, owner.subject, owner.issuer, nonce)
     return nonce if hmac.compare_digest(signature, expected) else None
 
 

@@ -62,6 +62,7 @@ def issue(
     claims: dict[str, object] = {
         "t": owner.tenant,
         "s": owner.subject,
+        "i": owner.issuer,
         "tool": tool,
         "args": arguments_digest(arguments),
         "exp": int(clock().timestamp()) + ttl_s,
@@ -97,6 +98,7 @@ def verify(
     if (
         claims.get("t") != owner.tenant
         or claims.get("s") != owner.subject
+        or claims.get("i") != owner.issuer
         or claims.get("tool") != tool
         or claims.get("args") != arguments_digest(arguments)
         or not isinstance(claims.get("exp"), int)

@@ -308,7 +308,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             if forbidden is not None:
                 return forbidden
         if legacy.selects_legacy(request.headers, message):
-            return await legacy.serve(request, message, owner, services, map_exception, client_gone(request))
+            return await legacy.serve(request, message, identified, services, map_exception, client_gone(request))
         if message.is_notification:
             return web.Response(status=202)
         envelope = validate_envelope(
@@ -319,7 +319,7 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         ctx = RequestContext(
             message,
             envelope,
-            owner,
+            identified,
             request.headers,
             services,
             client_gone(request),

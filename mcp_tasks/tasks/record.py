@@ -138,6 +138,9 @@ class TaskRecord:
     input_wait_ms: int = 0
     input_required_since: datetime | None = None
     arguments_ref: ArgumentsRef | None = None
+    unknown_fields: JsonObject = field(default_factory=dict)
+    """Stored fields this version does not know (a newer version wrote them): kept as read and written
+    back unchanged, never interpreted (the embedded store's body keys; an McpTask keeps its own)."""
     version: str = ""
 
     @property

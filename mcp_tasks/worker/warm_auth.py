@@ -44,12 +44,12 @@ def new_private_pem() -> bytes:
 
 
 def caller_of(owner: Owner | None) -> str:
-    """The `sub` of a credential: an opaque digest of the principal (tenant and subject; 32 hex characters),
+    """The `sub` of a credential: an opaque digest of the principal (tenant, subject and issuer; 32 hex characters),
     so the worker can tell callers apart without learning who they are; `executor` when there is none.
     """
     if owner is None:
         return _NO_PRINCIPAL
-    return hashlib.sha256(f"{owner.tenant}\x00{owner.subject}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{owner.tenant}\x00{owner.subject}\x00{owner.issuer}".encode()).hexdigest()[:32]
 
 
 class WarmCallSigner:

@@ -107,7 +107,7 @@ async def test_kept_outcomes_of_finished_or_deleted_tasks_are_removed_at_start_a
     kept = KeptOutcomes(folder)
     data_dir.mkdir(parents=True)
     cancelled = transitions.cancel(
-        transitions.new_task(mint_task_id(), Owner("t", "s"), tool_spec(), {}, utc_now()), utc_now()
+        transitions.new_task(mint_task_id(), Owner("t", "s", "static"), tool_spec(), {}, utc_now()), utc_now()
     )
     async with SqliteTaskStore(data_dir / "tasks.sqlite3") as store:
         await store.create(cancelled)

@@ -135,7 +135,7 @@ async def test_a_client_credentials_token_calls_hello_world_through_the_sdk_clie
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         greeting, task_id = await hello_world(streamable_http_client(trusting_hydra.url, http_client=http))
     assert greeting == "Hello, Luca!"
-    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, client_id))
+    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, client_id, hydra.issuer))
 
 
 async def test_the_sdk_oauth_client_discovers_the_issuer_from_the_401_and_gets_a_token(
@@ -149,7 +149,7 @@ async def test_the_sdk_oauth_client_discovers_the_issuer_from_the_401_and_gets_a
     async with httpx2.AsyncClient(auth=auth, timeout=30) as http:
         greeting, task_id = await hello_world(streamable_http_client(trusting_hydra.url, http_client=http))
     assert greeting == "Hello, Luca!"
-    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, client_id))
+    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, client_id, hydra.issuer))
     assert storage.tokens is not None
     assert claims_of(storage.tokens.access_token)["aud"] == [trusting_hydra.url]
 
@@ -199,7 +199,7 @@ async def test_the_sdk_oauth_client_completes_authorization_code_with_pkce_as_a_
         greeting, task_id = await hello_world(streamable_http_client(trusting_hydra.url, http_client=http))
     assert greeting == "Hello, Luca!"
     assert visited and "code_challenge=" in visited[0] and "code_challenge_method=S256" in visited[0]
-    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, "carol"))
+    assert await owned_by(trusting_hydra, task_id, Owner(hydra.issuer, "carol", hydra.issuer))
 
 
 async def test_two_subjects_of_one_issuer_cannot_see_each_others_tasks(

@@ -41,8 +41,8 @@ OPERATOR_ONLY = (
 )
 
 
-def alert_groups(plane: ControlPlane) -> list[Any]:
-    """`spec.groups` of the chart's PrometheusRule, as `helm template` renders it."""
+def alert_groups(plane: ControlPlane, *values: str) -> list[Any]:
+    """`spec.groups` of the chart's PrometheusRule, as `helm template` renders it with `values` (helm flags)."""
     rendered = plane.helm(
         "template",
         "r",
@@ -55,6 +55,7 @@ def alert_groups(plane: ControlPlane) -> list[Any]:
         "auth.existingSecret=tokens",
         "--set",
         "metrics.prometheusRule.enabled=true",
+        *values,
     )
     rule = next(doc for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] == "PrometheusRule")
     groups: list[Any] = rule["spec"]["groups"]
@@ -103,6 +104,14 @@ def start_gateway(
     wait_until(lambda: b"Prometheus metrics on" in log.read_bytes(), 60, lambda: log.read_text(errors="replace"), 0.1)
     banner = next(line for line in log.read_text().splitlines() if "serving MCP on" in line)
     return process, banner.split("serving MCP on ", 1)[1].split(" ", 1)[0]
+
+
+def test_the_failing_alert_summary_names_its_threshold_in_percent(control_plane: ControlPlane) -> None:
+    """`failureRatio` is a fraction; the summary shows it as a percentage, fractional ones included."""
+    for ratio, shown in (("0.125", "12.5%"), ("0.2", "20%")):
+        groups = alert_groups(control_plane, "--set-json", f"metrics.prometheusRule.failureRatio={ratio}")
+        failing = next(rule for group in groups for rule in group["rules"] if rule.get("alert") == "McpTasksFailing")
+        assert f"fails more than {shown} of its tasks" in failing["annotations"]["summary"], failing["annotations"]
 
 
 async def test_the_operator_not_reconciling_alert_fires_only_when_no_replica_reconciles(

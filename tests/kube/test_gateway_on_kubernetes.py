@@ -87,7 +87,7 @@ async def test_every_record_field_survives_the_api_server(api_client: ApiClient,
     created = await store.create(
         TaskRecord(
             task_id="f" * 32,  # type: ignore[arg-type]
-            owner=Owner("acme", "alice"),
+            owner=Owner("acme", "alice", "static"),
             tool="sleeper",
             arguments={"seconds": 1, "deep": {"list": [1, {"x": None}]}},
             status=TaskStatus.WORKING,

@@ -68,7 +68,7 @@ async def test_a_service_account_token_for_the_gateway_audience_is_accepted_and_
     ):
         agent = McpHttp(http, server.url, token=token(AUDIENCE))
         task_id = await agent.start_task("slow_compute", {"seconds": 0, "label": "x"})
-        record = await server.store.get(task_id, Owner(namespace, "agent"))
+        record = await server.store.get(task_id, Owner(namespace, "agent", "kubernetes"))
         assert record.task_id == task_id
         for refused in (token("https://elsewhere.example/mcp"), "x" * 40 + "." + "y" * 40 + ".z"):
             reply = await McpHttp(http, server.url, token=refused).request("tools/list")
@@ -92,7 +92,7 @@ async def test_the_kubernetes_gateway_accepts_oidc_tokens_of_a_real_issuer(
         secret = await hydra.create_client(client_id, audiences=[AUDIENCE, "https://elsewhere.example/mcp"])
         good = await hydra.client_credentials(client_id, secret, AUDIENCE)
         task_id = await McpHttp(http, server.url, token=good).start_task("slow_compute", {"seconds": 0, "label": "x"})
-        assert (await server.store.get(task_id, Owner(hydra.issuer, client_id))).task_id == task_id
+        assert (await server.store.get(task_id, Owner(hydra.issuer, client_id, hydra.issuer))).task_id == task_id
         other = await hydra.client_credentials(client_id, secret, "https://elsewhere.example/mcp")
         reply = await McpHttp(http, server.url, token=other).request("tools/list")
         assert reply.status == 401

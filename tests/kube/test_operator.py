@@ -617,7 +617,7 @@ async def test_a_hidden_task_whose_gateway_stopped_watching_is_cancelled_by_the_
     tool = gateway.services.catalog.get_tool("sleeper")
     assert tool is not None
     began = utc_now() - timedelta(seconds=10)
-    fresh = transitions.new_task(mint_task_id(), Owner("local", "local"), tool, {"seconds": 60}, began)
+    fresh = transitions.new_task(mint_task_id(), Owner("local", "local", "local"), tool, {"seconds": 60}, began)
     record = await gateway.store.create(hidden(fresh, watch_s=2))  # watched until 8 s ago: its caller is gone
 
     async def ended() -> TaskRecord | None:

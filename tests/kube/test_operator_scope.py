@@ -187,7 +187,11 @@ def test_the_operator_account_writes_its_warm_workers(release: Release) -> None:
 def test_the_operator_account_may_drop_a_tasks_field_ownership_and_change_nothing_else(release: Release) -> None:
     """Its one write to an McpTask itself (not its status): `managedFields: [{}]` on a task's first executor write."""
     record = transitions.new_task(
-        mint_task_id(), Owner("acme", "alice"), load_manifest_file(TOOLS)[0], {"text": "hi"}, datetime.now(UTC)
+        mint_task_id(),
+        Owner("acme", "alice", "static"),
+        load_manifest_file(TOOLS)[0],
+        {"text": "hi"},
+        datetime.now(UTC),
     )
     name = record.task_id
     created = mapping.new_object(record, release.namespace)

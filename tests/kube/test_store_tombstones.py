@@ -19,7 +19,7 @@ from tests.controlplane.cluster import ControlPlane
 
 def _record(task_id: TaskId) -> TaskRecord:
     tool = next(t for t in load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml"))
-    return transitions.new_task(task_id, Owner("t", "s"), tool, {}, utc_now())
+    return transitions.new_task(task_id, Owner("t", "s", "static"), tool, {}, utc_now())
 
 
 async def test_an_mcptask_created_again_under_a_deleted_name_is_not_taken_for_the_deleted_one(

@@ -27,7 +27,7 @@ def _new_record() -> TaskRecord:
     now = utc_now()
     return TaskRecord(
         task_id=mint_task_id(),
-        owner=Owner("acme", "alice"),
+        owner=Owner("acme", "alice", "static"),
         tool="asker",
         arguments={"seconds": 1},
         status=TaskStatus.WORKING,

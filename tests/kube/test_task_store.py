@@ -250,7 +250,7 @@ def _new_record(ttl_ms: int = 60_000) -> TaskRecord:
     now = utc_now()
     return TaskRecord(
         task_id=mint_task_id(),
-        owner=Owner("acme", "alice"),
+        owner=Owner("acme", "alice", "static"),
         tool="sleeper",
         arguments={"seconds": 1},
         status=TaskStatus.WORKING,

@@ -29,7 +29,7 @@ def at(seconds: float) -> datetime:
 
 
 def task(**changes: Any) -> TaskRecord:
-    record = transitions.new_task(mint_task_id(), Owner("t", "s"), TOOL, {}, T0)
+    record = transitions.new_task(mint_task_id(), Owner("t", "s", "static"), TOOL, {}, T0)
     return dataclasses.replace(record, **changes)
 
 

@@ -11,7 +11,7 @@ from mcp_tasks.tasks.owner import Owner
 from tests.clock import FakeClock
 
 SECRET = b"k" * 32
-ALICE = Owner("acme", "alice")
+ALICE = Owner("acme", "alice", "static")
 
 
 def test_base64_sentinel_is_decoded_strictly() -> None:
@@ -27,7 +27,7 @@ def test_request_state_is_bound_to_principal_tool_and_arguments() -> None:
     state = request_state.issue(SECRET, ALICE, "tool", {"a": 1}, ttl_s=60)
     request_state.verify(SECRET, state, ALICE, "tool", {"a": 1})
     for owner, tool, arguments, candidate in (
-        (Owner("acme", "bob"), "tool", {"a": 1}, state),
+        (Owner("acme", "bob", "static"), "tool", {"a": 1}, state),
         (ALICE, "other", {"a": 1}, state),
         (ALICE, "tool", {"a": 2}, state),
         (ALICE, "tool", {"a": 1}, state + "-TAMPERED"),

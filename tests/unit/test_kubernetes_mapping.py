@@ -33,7 +33,7 @@ LEASE = timedelta(seconds=30)
 
 def _fresh() -> JsonObject:
     record = transitions.new_task(
-        mint_task_id(), Owner("acme", "alice"), tool_spec(), {"n": 1}, NOW, pre_input_responses={"p": ANSWER}
+        mint_task_id(), Owner("acme", "alice", "static"), tool_spec(), {"n": 1}, NOW, pre_input_responses={"p": ANSWER}
     )
     obj = mapping.new_object(record, "ns")
     obj["metadata"]["resourceVersion"] = "1"
@@ -142,7 +142,7 @@ def test_fields_fixed_at_creation_cannot_change() -> None:
         mapping.plan_write(mapping.parse(obj), dataclasses.replace(record, arguments={"n": 2}), Writer.CLIENT)
     with pytest.raises(ImmutableFieldChanged):
         mapping.plan_write(
-            mapping.parse(obj), dataclasses.replace(record, owner=Owner("evil", "alice")), Writer.EXECUTOR
+            mapping.parse(obj), dataclasses.replace(record, owner=Owner("evil", "alice", "static")), Writer.EXECUTOR
         )
 
 

@@ -43,7 +43,7 @@ def stamp(seconds: float) -> str:
 
 
 def task(**changes: Any) -> TaskRecord:
-    record = transitions.new_task(mint_task_id(), Owner("t", "alice"), TOOL, {}, T0)
+    record = transitions.new_task(mint_task_id(), Owner("t", "alice", "static"), TOOL, {}, T0)
     return dataclasses.replace(record, **changes)
 
 

@@ -139,7 +139,7 @@ class ObservedQueue(WorkQueue):
 
 
 def waiting_task() -> TaskRecord:
-    base = transitions.new_task(mint_task_id(), Owner("t", "a"), TOOL, {}, T0)
+    base = transitions.new_task(mint_task_id(), Owner("t", "a", "static"), TOOL, {}, T0)
     request = {"method": "elicitation/create", "params": {}}
     return dataclasses.replace(
         base,

@@ -28,7 +28,9 @@ async def test_store_is_wal_with_full_sync_and_cas_rejects_stale_writes(tmp_path
     async with SqliteTaskStore(tmp_path / "t.sqlite3") as store:
         assert list(await store._w.execute_fetchall("PRAGMA journal_mode")) == [("wal",)]
         assert list(await store._w.execute_fetchall("PRAGMA synchronous")) == [(2,)]
-        created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {"n": 2**70}, NOW))
+        created = await store.create(
+            transitions.new_task(mint_task_id(), Owner("a", "b", "static"), tool, {"n": 2**70}, NOW)
+        )
         assert (await store.get(created.task_id)).arguments == {"n": 2**70}
         first = await store.compare_and_swap(dataclasses.replace(created, status_message="one"), Writer.EXECUTOR)
         with pytest.raises(VersionConflict):
@@ -36,7 +38,7 @@ async def test_store_is_wal_with_full_sync_and_cas_rejects_stale_writes(tmp_path
         assert (await store.get(created.task_id)).status_message == "one"
         assert first.version == "2"
         with pytest.raises(TaskNotFound):
-            await store.get(created.task_id, Owner("a", "someone-else"))
+            await store.get(created.task_id, Owner("a", "someone-else", "static"))
 
 
 async def test_a_foreign_task_is_refused_without_reading_its_body(tmp_path: Path) -> None:
@@ -46,10 +48,10 @@ async def test_a_foreign_task_is_refused_without_reading_its_body(tmp_path: Path
     tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
     path = tmp_path / "t.sqlite3"
     async with SqliteTaskStore(path) as store:
-        owner = Owner("acme", "alice")
+        owner = Owner("acme", "alice", "static")
         created = await store.create(transitions.new_task(mint_task_id(), owner, tool, {"pad": "x" * 900_000}, NOW))
         await store._w.execute("UPDATE tasks SET body = ? WHERE task_id = ?", (b"\xff not a record", created.task_id))
-        for intruder in (Owner("acme", "bob"), Owner("evil", "alice")):
+        for intruder in (Owner("acme", "bob", "static"), Owner("evil", "alice", "static")):
             with pytest.raises(TaskNotFound):
                 await store.get(created.task_id, intruder)
         with pytest.raises(Exception) as decoded:  # the owner's read does decode, and so trips on the bytes
@@ -133,7 +135,7 @@ async def test_an_answer_is_not_dropped_because_a_cached_copy_lags(tmp_path: Pat
     tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
     lagging = LaggingCache(tmp_path / "t.sqlite3")
     async with lagging as store:
-        created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b"), tool, {}, NOW))
+        created = await store.create(transitions.new_task(mint_task_id(), Owner("a", "b", "static"), tool, {}, NOW))
         request = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
         asked, _ = transitions.add_input_requests(created, [("k", request)], NOW)
         await store.compare_and_swap(asked, Writer.EXECUTOR)

@@ -28,7 +28,7 @@ Heard = list[tuple[TaskRecord | None, TaskRecord]]
 
 def _new(arguments: JsonObject | None = None) -> TaskRecord:
     tool = load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml")[0]
-    return transitions.new_task(mint_task_id(), Owner("a", "b"), tool, arguments or {}, NOW)
+    return transitions.new_task(mint_task_id(), Owner("a", "b", "static"), tool, arguments or {}, NOW)
 
 
 async def test_each_write_is_told_to_the_observers_of_the_store_that_made_it(tmp_path: Path) -> None:

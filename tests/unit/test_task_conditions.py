@@ -23,7 +23,7 @@ ELICIT: JsonObject = {"method": "elicitation/create", "params": {"message": "ok?
 
 
 def _new() -> TaskRecord:
-    return transitions.new_task(mint_task_id(), Owner("acme", "alice"), tool_spec(), {}, NOW)
+    return transitions.new_task(mint_task_id(), Owner("acme", "alice", "static"), tool_spec(), {}, NOW)
 
 
 def _running() -> TaskRecord:

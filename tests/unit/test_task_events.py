@@ -18,7 +18,7 @@ from tests.unit.manifests import tool_spec
 NOW = utc_now()
 LATER = NOW + timedelta(seconds=5)
 ELICIT: JsonObject = {"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {}}}
-NEW = transitions.new_task(mint_task_id(), Owner("acme", "alice"), tool_spec(), {}, NOW)
+NEW = transitions.new_task(mint_task_id(), Owner("acme", "alice", "static"), tool_spec(), {}, NOW)
 RUNNING = transitions.start_attempt(NEW)
 ASKING = transitions.add_input_requests(RUNNING, [("confirm", ELICIT), ("why", ELICIT)], LATER)[0]
 OK: JsonObject = {"content": [{"type": "text", "text": "done"}], "isError": False}

@@ -28,7 +28,7 @@ def fresh() -> TaskRecord:
     tool = next(
         t for t in load_manifest_file(REPO / "conformance" / "tools" / "fixtures.yaml") if t.name == "multi_input"
     )
-    return transitions.new_task(mint_task_id(), Owner("t", "s"), tool, {}, NOW)
+    return transitions.new_task(mint_task_id(), Owner("t", "s", "static"), tool, {}, NOW)
 
 
 def test_task_ids_have_128_bits_and_are_header_safe() -> None:

@@ -16,6 +16,9 @@ ServiceAccount tokens, in any combination; at least one is required (the gateway
 {{- with $auth.resourceUri }}
 - {name: MCPTASKS_RESOURCE_URI, value: {{ . | quote }}}
 {{- end }}
+{{- with $auth.legacyOwnerIssuer }}
+- {name: MCPTASKS_LEGACY_OWNER_ISSUER, value: {{ . | quote }}}
+{{- end }}
 {{- if $auth.oidc.enabled }}
 - {name: MCPTASKS_OIDC_ISSUER, value: {{ join "," $auth.oidc.issuers | quote }}}
 - {name: MCPTASKS_OIDC_SUBJECT_CLAIM, value: {{ $auth.oidc.subjectClaim | quote }}}

@@ -17,7 +17,6 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY
 from mcp_tasks.gateway.responses import REQUEST_METHOD_KEY, RESPONSE_CODE_KEY
 from mcp_tasks.protocol import constants
@@ -69,14 +68,12 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     """Write the audit line of an authenticated MCP request once it is answered (or fails)."""
     outcome = "error"
     response: web.StreamResponse | None = None
-    bound = scopes.CURRENT.set(None)
     try:
         response = await handler(request)
         code = response.get(RESPONSE_CODE_KEY)
         outcome = code or ("ok" if response.status < 400 else f"http_{response.status}")
         return response
     finally:
-        scopes.CURRENT.reset(bound)
         identity = request.get(IDENTITY_KEY)
         method = request.get(REQUEST_METHOD_KEY)
         # the local principal of an unconfigured loopback server authenticated nothing: no trail to keep

@@ -208,7 +208,6 @@ async def authenticate(request: web.Request) -> Identity | web.Response:
             logger.warning("a token could not be checked: its issuer did not answer")
         return gate.refusal(request, refused)
     request[IDENTITY_KEY] = identity
-    scopes.CURRENT.set(identity)  # for `tools/list`; `audit.middleware` unbinds it
     return identity
 
 

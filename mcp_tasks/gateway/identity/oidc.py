@@ -270,7 +270,7 @@ class OidcVerifier:
         if not isinstance(subject, str) or not subject or not isinstance(tenant, str) or not tenant:
             names = self._settings.oidc_subject_claim + ("" if tenant_claim is None else f" and {tenant_claim}")
             raise Refused("missing_claim", f"The token must carry non-empty string claims {names}")
-        return Owner(tenant, subject)
+        return Owner(tenant, subject, issuer)
 
 
 def _scopes(claims: dict[str, Any]) -> frozenset[str]:

@@ -7,29 +7,21 @@ whose scopes it lacks is `403` with `WWW-Authenticate: Bearer error="insufficien
 before the body is read, and again from the parsed body (a legacy-era client sends no `Mcp-Name`). An
 unknown tool is left to the ordinary error. Task methods stay owner-only whatever the scopes.
 
-The request's identity reaches `discovery` through a context variable: `gate.authenticate` binds it for
-the request, `audit.middleware` unbinds it when the request is answered.
+The request's identity is passed explicitly (`RequestContext.identity`): there is no ambient caller, so
+a code path that has none cannot list anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
-from typing import Final
 
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.tasks.interfaces import ToolCatalog
 from mcp_tasks.tasks.tools import ToolSpec
 
-CURRENT: Final[ContextVar[Identity | None]] = ContextVar("mcp_tasks_identity", default=None)
-"""The identity of the request being served (`None` outside a request: every tool is visible)."""
 
-
-def visible(tools: Sequence[ToolSpec]) -> list[ToolSpec]:
-    """The tools the current request's principal may call, in catalog order."""
-    identity = CURRENT.get()
-    if identity is None:
-        return list(tools)
+def visible(tools: Sequence[ToolSpec], identity: Identity) -> list[ToolSpec]:
+    """The tools of `tools` that `identity` may call, in their order (`Identity.may_use`)."""
     return [tool for tool in tools if identity.may_use(tool.required_scopes)]
 
 

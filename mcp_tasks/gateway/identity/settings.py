@@ -41,6 +41,10 @@ class AuthSettings:
             ServiceAccount's name (subject).
         service_account_audience: the audience such a token must be issued for (default none:
             `resource_uri`, else `mcp-tasks-gateway`); a token for another audience is refused.
+        legacy_owner_issuer: who vouched for the owners of tasks stored before owners named their issuer
+            (an upgrade from an earlier version): `static`, `kubernetes`, `local` or one of `oidc_issuer`.
+            Default none: the one mechanism configured when there is exactly one; with several, such tasks
+            are readable by nobody until this names the one that created them (docs/security.md, Owners).
     """
 
     resource_uri: str | None = None
@@ -54,6 +58,7 @@ class AuthSettings:
     oidc_jwks_refresh_min_s: float = 10.0
     service_account_tokens: bool = False
     service_account_audience: str | None = None
+    legacy_owner_issuer: str | None = None
 
     @property
     def configured(self) -> bool:

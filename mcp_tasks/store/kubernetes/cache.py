@@ -29,6 +29,7 @@ class CacheEntry:
     version: str
     tenant: str
     subject: str
+    issuer: str  # `spec.owner.issuer`, or the store's legacy issuer when the object names none
     finished: bool
     expires_at: float  # createdAt + ttlMs, Unix seconds; only meaningful once finished
     obj: JsonObject | None = None

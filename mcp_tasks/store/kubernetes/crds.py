@@ -223,6 +223,7 @@ def mcptask_crd() -> JsonObject:
         _column("Message", ".status.statusMessage", description="statusMessage"),
         _column("Age", ".metadata.creationTimestamp", kind="date"),
         _column("Subject", ".spec.owner.subject", priority=1),
+        _column("Issuer", ".spec.owner.issuer", priority=1, description="who vouched for the owner"),
         _column("Cancel", ".spec.cancelRequested", kind="boolean", priority=1, description="cancel requested"),
     ]
     return _definition(TASK_KIND, TASK_PLURAL, ["mcpt"], schema, columns, status=True)

@@ -37,7 +37,7 @@ from mcp_tasks.store.kubernetes.resources import (
 from mcp_tasks.tasks.errors import WrongWriter
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Writer
-from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner
 from mcp_tasks.tasks.record import ArgumentsRef, Lease, LeaseProcess, TaskRecord, iso_ms, to_epoch_ms
 
 
@@ -60,7 +60,7 @@ def _opt_iso(moment: datetime | None) -> str | None:
 def spec_for_new(record: TaskRecord) -> McpTaskSpec:
     """The `spec` of a task being created."""
     return McpTaskSpec(
-        owner=TaskOwner(tenant=record.owner.tenant, subject=record.owner.subject),
+        owner=TaskOwner(tenant=record.owner.tenant, subject=record.owner.subject, issuer=record.owner.issuer),
         tool=record.tool,
         arguments=record.arguments,
         arguments_ref=None
@@ -144,8 +144,11 @@ class Parsed:
     record: TaskRecord
 
 
-def parse(obj: JsonObject) -> Parsed:
+def parse(obj: JsonObject, legacy_issuer: str = UNKNOWN_ISSUER) -> Parsed:
     """Parse an McpTask object (see the module docstring for the view rules).
+
+    Fields this version does not know are kept on the models (`resources._Stored`), never refused.
+    An owner without an issuer (created before owners named it) reads as owned through `legacy_issuer`.
 
     Raises:
         pydantic.ValidationError: the object is not a well-formed McpTask.
@@ -154,20 +157,27 @@ def parse(obj: JsonObject) -> Parsed:
     spec = parse_spec(obj)
     status = parse_status(obj)
     metadata = obj["metadata"]
-    record = _view(str(metadata["name"]), str(metadata["resourceVersion"]), spec, status)
+    record = _view(str(metadata["name"]), str(metadata["resourceVersion"]), spec, status, legacy_issuer)
     return Parsed(spec, status, int(metadata.get("generation") or 0), record)
 
 
-def to_record(obj: JsonObject) -> TaskRecord:
-    """The task record an McpTask object represents (`parse(obj).record`).
+def to_record(obj: JsonObject, legacy_issuer: str = UNKNOWN_ISSUER) -> TaskRecord:
+    """The task record an McpTask object represents (`parse(obj, legacy_issuer).record`).
 
     Raises:
         pydantic.ValidationError: the object is not a well-formed McpTask.
     """
-    return parse(obj).record
+    return parse(obj, legacy_issuer).record
 
 
-def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> TaskRecord:
+def owner_of(owner: TaskOwner, legacy_issuer: str) -> Owner:
+    """The `Owner` `spec.owner` names; one stored without an issuer is owned through `legacy_issuer`."""
+    return Owner(tenant=owner.tenant, subject=owner.subject, issuer=owner.issuer or legacy_issuer)
+
+
+def _view(
+    name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus, legacy_issuer: str = UNKNOWN_ISSUER
+) -> TaskRecord:
     answered = spec.input_responses
     pending = {key: request for key, request in status.input_requests.items() if key not in answered}
     unconsumed = {key: answered[key] for key in status.input_requests if key in answered}
@@ -189,7 +199,7 @@ def _view(name: str, version: str, spec: McpTaskSpec, status: McpTaskStatus) -> 
         waiting_since = None
     return TaskRecord(
         task_id=TaskId(name),
-        owner=Owner(tenant=spec.owner.tenant, subject=spec.owner.subject),
+        owner=owner_of(spec.owner, legacy_issuer),
         tool=spec.tool,
         arguments=spec.arguments,
         arguments_ref=None
@@ -300,7 +310,9 @@ def plan_write(current: Parsed, record: TaskRecord, writer: Writer) -> WritePlan
         raise ImmutableFieldChanged(f"task {record.task_id}: created_at is fixed at creation")
     new_spec = _client_spec(current.spec, record)
     if writer is Writer.CLIENT:
-        viewed = _view(record.task_id, record.version, new_spec, current.status)
+        viewed = dataclasses.replace(
+            _view(record.task_id, record.version, new_spec, current.status), owner=before.owner
+        )
         if _comparable(viewed) != _comparable(record):
             raise WrongWriter(f"task {record.task_id}: a client write changed what the executor reports (status)")
         return WritePlan(spec=None if new_spec == current.spec else new_spec, status=None)
@@ -338,6 +350,7 @@ def _executor_status(current: Parsed, record: TaskRecord) -> McpTaskStatus:
     if kept_requests and phase is TaskStatus.WORKING:
         phase = TaskStatus.INPUT_REQUIRED  # answered, not yet consumed: reads as `working` (see _view)
     return McpTaskStatus(
+        **(stored.model_extra or {}),  # a newer version's status fields, written back as read
         task_status=phase,
         status_message=record.status_message,
         progress=record.progress,

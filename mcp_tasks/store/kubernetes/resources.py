@@ -46,14 +46,26 @@ class _Resource(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
 
 
-class TaskOwner(_Resource):
+class _Stored(_Resource):
+    """A part of an McpTask: a field a newer version wrote and this one does not know is kept, not refused
+    (`model_extra`), and written back with the part (a rolling upgrade or rollback never loses it).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskOwner(_Stored):
     """`spec.owner`: the authenticated principal that created the task (immutable)."""
 
     tenant: str = Field(min_length=1)
     subject: str = Field(min_length=1)
+    issuer: str | None = Field(None, max_length=2048)
+    """Who vouched for the principal: an OIDC issuer URL, `static`, `kubernetes` or `local`
+    (`tasks.owner`). Absent on tasks created before owners named their issuer: read as the gateway's
+    `legacy_owner_issuer` (docs/security.md, Owners)."""
 
 
-class ArgumentsArtifact(_Resource):
+class ArgumentsArtifact(_Stored):
     """`spec.argumentsRef`: the task's arguments are too large to keep here and are its artifact `name`
     (compact JSON of `sizeBytes` bytes with hex SHA-256 `sha256`); `spec.arguments` is then empty.
     """
@@ -67,7 +79,7 @@ TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2
 """A W3C `traceparent` (trace-context §3.2)."""
 
 
-class McpTaskSpec(_Resource):
+class McpTaskSpec(_Stored):
     """`spec` of an McpTask: what the client asked for. Written by the gateway only.
 
     Times are ISO 8601 UTC strings with millisecond precision (`2026-11-30T01:02:03.456Z`).
@@ -100,7 +112,7 @@ class McpTaskSpec(_Resource):
     """A hidden task's watch (renewed by the gateway whose call waits for it); past it the operator cancels."""
 
 
-class LeaseCall(_Resource):
+class LeaseCall(_Stored):
     """`status.lease.call`: the warm call that runs the leased attempt, so another replica can re-attach to it."""
 
     execution_id: str = Field(alias="executionId", max_length=128)
@@ -108,7 +120,7 @@ class LeaseCall(_Resource):
     """`host:port` of the warm pod running the call."""
 
 
-class TaskLease(_Resource):
+class TaskLease(_Stored):
     """`status.lease`: an executor's claim on the task (the operator's warm-task runner)."""
 
     holder: str
@@ -116,7 +128,7 @@ class TaskLease(_Resource):
     call: LeaseCall | None = None
 
 
-class TaskCondition(_Resource):
+class TaskCondition(_Stored):
     """One of `status.conditions` (Kubernetes API conventions; types and reasons in `conditions.py`)."""
 
     type: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$", max_length=316)
@@ -152,7 +164,7 @@ class McpToolStatus(_Resource):
     warm: WarmStatus | None = None
 
 
-class McpTaskStatus(_Resource):
+class McpTaskStatus(_Stored):
     """`status` of an McpTask: what the executor observed. Written only through the status subresource.
 
     Absent until the executor first writes it; the CRD defaults `taskStatus` to `working` so a fresh

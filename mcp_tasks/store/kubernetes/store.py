@@ -58,7 +58,7 @@ from mcp_tasks.store.observers import WriteObservers
 from mcp_tasks.tasks import arguments
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, Unfinished, WriteObserver, Writer, utc_now
-from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner, owns
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
@@ -114,8 +114,12 @@ class KubernetesTaskStore:
         list_page_size: int = PAGE_SIZE,
         artifacts: ArtifactStore | None = None,
         inline_arguments_max_bytes: int = arguments.DEFAULT_INLINE_ARGUMENTS_MAX_BYTES,
+        legacy_issuer: str = UNKNOWN_ISSUER,
     ) -> None:
         self.namespace = namespace
+        self.legacy_issuer = legacy_issuer
+        """Who vouched for the owners of McpTasks that name no issuer (`tasks.owner.legacy_issuer`): the
+        spec is immutable, so they are read as owned through it, never rewritten."""
         self.clock = clock
         self._api = client.Apis(api_client).objects
         self._api_client = api_client
@@ -210,7 +214,8 @@ class KubernetesTaskStore:
         owner = spec.get("owner") or {}
         finished = str(status.get("taskStatus") or TaskStatus.WORKING.value) not in _UNFINISHED
         tenant, subject = sys.intern(str(owner.get("tenant"))), sys.intern(str(owner.get("subject")))
-        entry = CacheEntry(version, tenant, subject, finished, expires_at(obj), obj=obj, tracked=tracked)
+        issuer = sys.intern(str(owner.get("issuer") or self.legacy_issuer))
+        entry = CacheEntry(version, tenant, subject, issuer, finished, expires_at(obj), obj=obj, tracked=tracked)
         if finished:
             entry.summary = summary_of(obj)
         self._cache[name] = entry
@@ -272,7 +277,7 @@ class KubernetesTaskStore:
             return entry.parsed
         obj = entry.view()
         try:
-            parsed = mapping.parse(obj)
+            parsed = mapping.parse(obj, self.legacy_issuer)
         except (ValidationError, KeyError, ValueError) as exc:
             name = obj.get("metadata", {}).get("name")
             logger.warning("McpTask %s/%s is malformed (%s); treating it as missing", self.namespace, name, exc)
@@ -358,17 +363,15 @@ class KubernetesTaskStore:
             TaskNotFound: no such McpTask, another owner's, or expired.
         """
         entry = await self._fetch(task_id) if fresh else self._cache.get(task_id)
-        if entry is not None and owner is not None and (entry.tenant, entry.subject) != (owner.tenant, owner.subject):
-            await self._fetch(task_id)  # a foreign task costs what an unknown id costs: one authoritative read
-            raise TaskNotFound(task_id)
-        if entry is None or (entry.obj is None and not summary):
+        if entry is None or (entry.obj is None and not summary) or not _owned_by(entry, owner):
+            # a foreign task costs what an unknown id costs: one authoritative read, and it is never decoded
             entry = await self._fetch(task_id)
-        if entry is None:
+        if entry is None or not _owned_by(entry, owner):
             raise TaskNotFound(task_id)
         if entry.finished and entry.obj is not None:
             self._touch(task_id)
         record = self._decode(entry)
-        if owner is not None and (record.owner != owner or record.is_expired(self.clock())):
+        if owner is not None and (not owns(record.owner, owner) or record.is_expired(self.clock())):
             raise TaskNotFound(task_id)
         return record
 
@@ -568,6 +571,11 @@ class KubernetesTaskStore:
 
 RESET_MANAGED_FIELDS: Final[tuple[JsonObject, ...]] = ({},)
 """`metadata.managedFields` that tells the API server to drop an object's field ownership (one empty entry)."""
+
+
+def _owned_by(entry: CacheEntry, owner: Owner | None) -> bool:
+    """Whether the cached McpTask belongs to `owner` (any owner when None), from its entry's owner fields."""
+    return owner is None or owns(Owner(entry.tenant, entry.subject, entry.issuer), owner)
 
 
 def _untracked(obj: JsonObject, reset: bool) -> JsonObject:

@@ -30,6 +30,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX tasks_expiry ON tasks (expires_at_ms)
         WHERE status IN ('completed', 'failed', 'cancelled');
     """,
+    # 2: who vouched for each task's owner (tasks.owner). Rows of schema 1 get '' (no issuer known); the
+    # store names their one issuer at open (`SqliteTaskStore.legacy_issuer`) or leaves them to nobody.
+    """
+    ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT ''
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

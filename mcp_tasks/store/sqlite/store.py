@@ -36,7 +36,7 @@ from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
-from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
 logger = logging.getLogger("mcp_tasks.store.sqlite")
@@ -45,11 +45,11 @@ DEFAULT_MAX_ROW_BYTES: Final = 1024 * 1024
 """Upper bound of one stored record body, in bytes: a backstop behind the inline-result cap."""
 
 _COLUMNS: Final = (
-    "task_id, tenant, subject, tool, status, created_at_ms, last_updated_at_ms, ttl_ms, expires_at_ms, "
+    "task_id, tenant, subject, issuer, tool, status, created_at_ms, last_updated_at_ms, ttl_ms, expires_at_ms, "
     "lease_holder, lease_expires_at_ms, version, body"
 )
 _UPDATE: Final = (
-    "UPDATE tasks SET tenant=?, subject=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, "
+    "UPDATE tasks SET tenant=?, subject=?, issuer=?, tool=?, status=?, created_at_ms=?, last_updated_at_ms=?, "
     "ttl_ms=?, expires_at_ms=?, lease_holder=?, lease_expires_at_ms=?, version=?, body=? "
     "WHERE task_id=? AND version=?"
 )
@@ -62,12 +62,43 @@ _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
 _SELECT_AT_VERSION: Final = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND version = ?"
 
 
+BODY_FIELDS: Final = frozenset(
+    {
+        "arguments",
+        "statusMessage",
+        "progress",
+        "pollIntervalMs",
+        "inputRequests",
+        "issuedInputKeys",
+        "inputRoundDigest",
+        "inputResponses",
+        "takenInputResponses",
+        "preInputResponses",
+        "clientCapabilities",
+        "cancelRequestedAtMs",
+        "cancelRequestedBy",
+        "result",
+        "error",
+        "attempt",
+        "retentionMs",
+        "traceparent",
+        "watchedUntilMs",
+        "inputWaitMs",
+        "inputRequiredSinceMs",
+        "leaseProcess",
+    }
+)
+"""The body keys this version reads and writes; any other key a newer version stored is kept as read
+(`TaskRecord.unknown_fields`) and written back on every rewrite."""
+
+
 def _ms(moment: datetime | None) -> int | None:
     return None if moment is None else to_epoch_ms(moment)
 
 
 def _encode_body(record: TaskRecord) -> str:
     body: JsonObject = {
+        **record.unknown_fields,  # a newer version's fields, written back as read (never over this version's)
         "arguments": record.arguments,
         "statusMessage": record.status_message,
         "progress": record.progress,
@@ -119,12 +150,27 @@ def _process_of(data: Any) -> LeaseProcess | None:
 
 
 def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
-    (task_id, tenant, subject, tool, status, created, updated, ttl_ms, _expires, holder, lease_exp, version, body) = row
+    (
+        task_id,
+        tenant,
+        subject,
+        issuer,
+        tool,
+        status,
+        created,
+        updated,
+        ttl_ms,
+        _exp,
+        holder,
+        lease_exp,
+        version,
+        body,
+    ) = row
     data = json.loads(body)
     cancel_ms = data.get("cancelRequestedAtMs")
     return TaskRecord(
         task_id=TaskId(task_id),
-        owner=Owner(tenant=tenant, subject=subject),
+        owner=Owner(tenant=tenant, subject=subject, issuer=issuer),
         tool=tool,
         arguments=data["arguments"],
         status=TaskStatus(status),
@@ -156,6 +202,7 @@ def _decode_row(row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
         input_required_since=(
             None if data.get("inputRequiredSinceMs") is None else from_epoch_ms(data["inputRequiredSinceMs"])
         ),
+        unknown_fields={key: value for key, value in data.items() if key not in BODY_FIELDS},
         version=str(version),
     )
 
@@ -168,6 +215,9 @@ class SqliteTaskStore:
         poll_interval_s: how often `wait_for_change` returns on its own, to notice other processes' writes.
         max_row_bytes: largest record body accepted, in bytes.
         clock: source of "now" for expiry checks on reads.
+        legacy_issuer: who vouched for the owners of tasks stored before owners named their issuer
+            (`tasks.owner.legacy_issuer`); `open` records it on each such row once, so each keeps
+            exactly one owner. Empty (`UNKNOWN_ISSUER`): such rows stay readable by nobody.
     """
 
     def __init__(
@@ -176,8 +226,10 @@ class SqliteTaskStore:
         poll_interval_s: float = 0.25,
         max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
         clock: Clock = utc_now,
+        legacy_issuer: str = UNKNOWN_ISSUER,
     ) -> None:
         self.path = path
+        self.legacy_issuer = legacy_issuer
         self.clock = clock
         self.poll_interval_s = poll_interval_s
         self.max_row_bytes = max_row_bytes
@@ -210,6 +262,7 @@ class SqliteTaskStore:
         self._writer = await self._connect()
         try:
             await self._migrate(self._writer)
+            await self._name_legacy_issuers(self._writer)
             self._reader = await self._connect()
         except BaseException:
             await self.aclose()
@@ -244,6 +297,31 @@ class SqliteTaskStore:
                 await connection.execute("ROLLBACK")
                 raise
             logger.info("task database migrated to schema v%s", number + 1)
+
+    async def _name_legacy_issuers(self, connection: aiosqlite.Connection) -> None:
+        """Give every task stored before owners named their issuer the one issuer `legacy_issuer` names."""
+        rows = list(await connection.execute_fetchall("SELECT count(*) FROM tasks WHERE issuer = ''"))
+        waiting = int(rows[0][0]) if rows else 0
+        if not waiting:
+            return
+        if self.legacy_issuer == UNKNOWN_ISSUER:
+            logger.warning(
+                "%s task(s) were stored before owners named who vouched for them, and this server trusts several "
+                "issuers: they stay readable by nobody until MCPTASKS_LEGACY_OWNER_ISSUER names the one that "
+                "created them (docs/security.md, Owners)",
+                waiting,
+            )
+            return
+        await connection.execute("BEGIN IMMEDIATE")
+        try:
+            await connection.execute("UPDATE tasks SET issuer = ? WHERE issuer = ''", (self.legacy_issuer,))
+            await connection.execute("COMMIT")
+        except BaseException:
+            await connection.execute("ROLLBACK")
+            raise
+        logger.info(
+            "%s task(s) stored before owners named their issuer are now owned through %r", waiting, self.legacy_issuer
+        )
 
     @property
     def _w(self) -> aiosqlite.Connection:
@@ -287,6 +365,7 @@ class SqliteTaskStore:
             record.task_id,
             record.owner.tenant,
             record.owner.subject,
+            record.owner.issuer,
             record.tool,
             record.status.value,
             to_epoch_ms(record.created_at),
@@ -308,7 +387,7 @@ class SqliteTaskStore:
     async def create(self, record: TaskRecord) -> TaskRecord:
         """Insert and commit (fsync) a new record; return it at version 1 (observers hear `(None, it)`)."""
         values = self._row_values(record, 1)
-        insert = f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        insert = f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
         await self._commits.write(Write(insert, values, record.task_id, "insert"))
         created = _replace_version(record, 1)
         self._keep(values, created)
@@ -322,7 +401,8 @@ class SqliteTaskStore:
 
         Every read is authoritative here (`fresh` changes nothing).
 
-        The owner is part of the query (`tenant`/`subject` columns, apart from the body), so another
+        The owner is part of the query (`tenant`/`subject`/`issuer` columns, apart from the body; a row whose
+        issuer is unknown matches no one, `tasks.owner.owns`), so another
         principal's task is one primary-key lookup that matches nothing, exactly like an unknown id:
         its body, whatever its size, is never read or decoded (no timing tell).
         """
@@ -330,8 +410,11 @@ class SqliteTaskStore:
         if owner is None:
             query, args = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)
         else:
-            query = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND tenant = ? AND subject = ?"
-            args = (task_id, owner.tenant, owner.subject)
+            query = (
+                f"SELECT {_COLUMNS} FROM tasks "
+                "WHERE task_id = ? AND tenant = ? AND subject = ? AND issuer = ? AND issuer <> ''"  # '': nobody's
+            )
+            args = (task_id, owner.tenant, owner.subject, owner.issuer)
         with _backend("read"):
             rows = await self._r.execute_fetchall(query, args)
         if not rows:
