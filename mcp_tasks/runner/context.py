@@ -110,8 +110,12 @@ class RunContext:
         """
         return await self.store.compare_and_swap(updated, Writer.EXECUTOR)
 
-    async def finish_if_running(self, task_id: str, change: Transition) -> None:
+    async def finish_if_running(self, task_id: str, change: Transition, attempt: int | None = None) -> None:
         """Apply `change` (a terminal transition) unless the task already ended; a task gone is left gone.
+
+        Fenced: nothing is written when the task's lease names another executor, or when `attempt` (the
+        run whose outcome this is) was superseded by a later run (`TaskRecord.superseded`). A run that lost
+        its lease while paused never writes over the re-run's result.
 
         The outcome is known, so it is kept until the store can take it: a `StoreUnavailable` is retried
         with back-off (0.1 s doubling up to 5 s) until it succeeds or the caller is cancelled.
@@ -119,6 +123,15 @@ class RunContext:
 
         def apply(record: TaskRecord) -> tuple[TaskRecord, None]:
             if record.status.is_terminal:
+                return record, None
+            if record.superseded(attempt, self.holder):
+                lease = record.lease
+                logger.warning(
+                    "task %s: this run's outcome is not recorded: the task is attempt %s, held by %s now",
+                    task_id,
+                    record.attempt,
+                    lease.holder if lease is not None else "nobody",
+                )
                 return record, None
             return change(record, self.clock()), None
 

@@ -129,7 +129,9 @@ class Supervisor:
                     metrics.RUNS_STARTED.labels(tool.name).inc()
                 except OSError as exc:
                     message = cannot_start(tool, exc)
-                    await self.ctx.finish_if_running(record.task_id, transitions.failing(message, "CannotStart"))
+                    await self.ctx.finish_if_running(
+                        record.task_id, transitions.failing(message, "CannotStart"), execution.attempt
+                    )
                     return
                 where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
                 logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
@@ -310,7 +312,9 @@ class Supervisor:
                 logger.info("task %s: %s; tool stopped", task_id, ending)
             else:
                 logger.warning("task %s: %s; tool stopped", task_id, ending)
-            await self.ctx.finish_if_running(task_id, lambda r, now: deadlines.verdict(ending, r, limits).apply(r, now))
+            await self.ctx.finish_if_running(
+                task_id, lambda r, now: deadlines.verdict(ending, r, limits).apply(r, now), execution.attempt
+            )
             return
         if ending == "finished":
             # The result is recorded; give the tool its grace period to exit by itself.
@@ -323,14 +327,18 @@ class Supervisor:
         if execution.outcome.done() and isinstance(execution.outcome.result(), Finished):
             return  # it posted its result (a promoted run's outcome says only that it asked for input)
         if execution.unrecorded is not None:  # it posted its outcome while the store could not take it
-            await self.ctx.finish_if_running(task_id, recording(execution.unrecorded))
+            await self.ctx.finish_if_running(task_id, recording(execution.unrecorded), execution.attempt)
             return
         if process.worker_lost:  # the warm worker died mid-call: the restart rules, as for a lost lease
-            await self.ctx.finish_if_running(task_id, lambda r, now: self.after_lost_worker(r, tool, process, now))
+            await self.ctx.finish_if_running(
+                task_id, lambda r, now: self.after_lost_worker(r, tool, process, now), execution.attempt
+            )
             return
         result = results.exited_without_result(tool.name, code, process.stderr_tail())
         logger.warning("task %s: tool exited with code %s without a result", task_id, code)
-        await self.ctx.finish_if_running(task_id, lambda r, now: transitions.complete(r, result, now))
+        await self.ctx.finish_if_running(
+            task_id, lambda r, now: transitions.complete(r, result, now), execution.attempt
+        )
 
     async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution) -> None:
         """The executor is stopping: stop the tool, then decide its task now: the outcome the tool posted
@@ -346,6 +354,8 @@ class Supervisor:
         def apply(record: TaskRecord) -> tuple[TaskRecord, bool]:
             if record.status.is_terminal:
                 return record, False  # it finished first: nothing was lost
+            if record.superseded(execution.attempt, self.ctx.holder):
+                return record, False  # another executor runs it now: not ours to decide
             if posted is not None:
                 return recording(posted)(record, self.ctx.clock()), False
             why = "the server stopped"

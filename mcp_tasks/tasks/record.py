@@ -167,6 +167,18 @@ class TaskRecord:
         """True when the task is terminal and past `created_at + ttl_ms` (SEP-2663 TTL)."""
         return self.status.is_terminal and now >= self.expires_at
 
+    def superseded(self, attempt: int | None, holder: str | None = None) -> bool:
+        """Whether a run's write would be stale: a later run started (`self.attempt > attempt`), or the
+        task's lease names another executor than `holder` (it was taken over or adopted).
+
+        The fence of every outcome write (docs/design.md §7): the run that lost its lease may still be
+        alive (a paused process, a partitioned node) and must not write over its successor's result.
+        `None` skips that half of the check (an executor without leases passes no holder).
+        """
+        if attempt is not None and self.attempt > attempt:
+            return True
+        return holder is not None and self.lease is not None and self.lease.holder != holder
+
     def _task_fields(self) -> dict[str, Any]:
         """The `Task` fields every wire form of this record shares (SEP-2663 `Task`)."""
         return {

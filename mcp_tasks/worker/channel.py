@@ -86,6 +86,20 @@ def _validate_input_requests(requests: Mapping[str, object]) -> list[tuple[str, 
     return checked
 
 
+def _superseded(execution: Execution) -> ChannelError:
+    return ChannelError(409, f"this run (attempt {execution.attempt}) was superseded: a later run of the task owns it")
+
+
+def _fenced(execution: Execution, record: TaskRecord) -> None:
+    """Refuse a write of a run a later run superseded (`TaskRecord.superseded`): it changes nothing.
+
+    Raises:
+        ChannelError: 409, the run is stale.
+    """
+    if record.superseded(execution.attempt):
+        raise _superseded(execution)
+
+
 class WorkerChannel:
     """The worker API's operations.
 
@@ -134,16 +148,21 @@ class WorkerChannel:
         """
         assert execution.task_id is not None  # callers check synchronous runs first
         task_id = execution.task_id
+
+        def fenced(record: TaskRecord, now: datetime) -> TaskRecord:
+            _fenced(execution, record)
+            return change(record, now)
+
         try:
             try:
                 current = await self.store.get(task_id)
-                updated = change(current, self.clock())
+                updated = fenced(current, self.clock())
                 if updated is current:
                     return current
                 return await self.store.compare_and_swap(updated, Writer.EXECUTOR)
             except VersionConflict:
                 record, _ = await transact(
-                    self.store, task_id, lambda r: (change(r, self.clock()), None), Writer.EXECUTOR
+                    self.store, task_id, lambda r: (fenced(r, self.clock()), None), Writer.EXECUTOR
                 )
         except IllegalTransition as exc:
             raise ChannelError(409, f"the task already finished: {exc}") from exc
@@ -203,6 +222,7 @@ class WorkerChannel:
                 minted = []
 
                 def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+                    _fenced(execution, record)
                     updated, keys = transitions.add_input_requests(record, checked, self.clock(), round_id)
                     minted[:] = keys
                     return updated, None
@@ -218,17 +238,21 @@ class WorkerChannel:
         """Hand out answered responses for `keys`, waiting up to `wait_s` seconds for at least one.
 
         Raises:
-            ChannelError: 409 when the run is synchronous or the task finished.
+            ChannelError: 409 when the run is synchronous, the task finished, or a later run superseded
+                this one (it takes nothing).
         """
         if execution.task_id is None:
             raise ChannelError(409, "a synchronous run has no input responses")
         task_id = execution.task_id
         deadline = self.clock().timestamp() + wait_s
+
+        def take(record: TaskRecord) -> tuple[TaskRecord, JsonObject]:
+            _fenced(execution, record)  # a stale run never consumes its successor's answers
+            return transitions.take_input_responses(record, keys)
+
         while True:
             try:
-                record, taken = await transact(
-                    self.store, task_id, lambda r: transitions.take_input_responses(r, keys), Writer.EXECUTOR
-                )
+                record, taken = await transact(self.store, task_id, take, Writer.EXECUTOR)
             except TaskNotFound as exc:
                 raise ChannelError(409, "the task no longer exists") from exc
             if taken:
@@ -244,7 +268,8 @@ class WorkerChannel:
         """Record the tool's final `{result}` or `{error, statusMessage}`.
 
         Raises:
-            ChannelError: 400 for a malformed body, 409 when the execution already finished.
+            ChannelError: 400 for a malformed body, 409 when the execution already finished or a later
+                run superseded it (nothing is recorded).
             StoreUnavailable: the task store cannot write; the outcome is kept on `execution.unrecorded`
                 (the tool is answered 503 and retries).
         """
