@@ -12,6 +12,7 @@ by a warm worker, never by a one-shot tool run.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
 import threading
 import time
@@ -30,7 +31,8 @@ ALGORITHM: Final = "EdDSA"
 LEEWAY_S: Final = 10.0
 """Clock skew tolerated between the minting executor and the worker, in seconds."""
 _MAX_SEEN: Final = 65_536
-"""Call credentials remembered at most until they expire (a replay of one is refused); the oldest go first."""
+"""Call credentials remembered at most until they expire (a replay of one is refused); past this many,
+the soonest to expire go first."""
 _PEM_END: Final = "-----END PUBLIC KEY-----"
 _REQUIRED: Final = ["aud", "exp", "iat", "jti", "sub", "op", "executionId"]
 
@@ -78,7 +80,8 @@ class CallVerifier:
     def __init__(self, public_keys: list[Ed25519PublicKey], tool: str) -> None:
         self._keys = public_keys
         self.audience = contract.CALL_AUDIENCE_PREFIX + tool
-        self._seen: dict[str, float] = {}  # jti of calls taken → exp (wall-clock seconds)
+        self._seen: set[str] = set()  # jti of calls taken and not yet expired
+        self._expiry: list[tuple[float, str]] = []  # (exp, jti) of `_seen`, a min-heap: forgetting never scans
         self._lock = threading.Lock()
 
     @classmethod
@@ -140,6 +143,9 @@ class CallVerifier:
     def bind(self, grant: Grant, execution_id: str, body: bytes) -> bool:
         """Whether a call's `grant` was minted for this very body and call, the first time it is presented
         (a replay within its lifetime is refused). Records it as taken.
+
+        The memory of taken credentials is ordered by expiry: each call forgets only what expired (each
+        credential once), O(log n) whatever the load, never a scan of everything remembered.
         """
         if grant.operation != "call" or grant.body_sha256 is None:
             return False
@@ -151,11 +157,11 @@ class CallVerifier:
         with self._lock:
             if grant.jti in self._seen:
                 return False
-            for jti in [jti for jti, expires in self._seen.items() if expires + LEEWAY_S < now]:
-                del self._seen[jti]
-            while len(self._seen) >= _MAX_SEEN:
-                self._seen.pop(next(iter(self._seen)))
-            self._seen[grant.jti] = grant.expires_at
+            expiry = self._expiry
+            while expiry and (expiry[0][0] + LEEWAY_S < now or len(expiry) >= _MAX_SEEN):
+                self._seen.discard(heapq.heappop(expiry)[1])  # O(log n) per credential, once
+            heapq.heappush(expiry, (grant.expires_at, grant.jti))
+            self._seen.add(grant.jti)
         return True
 
     def _decode(self, token: str) -> dict[str, Any] | None:
