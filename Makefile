@@ -30,21 +30,20 @@ typecheck: install
 	$(BIN)/mypy
 
 # kube-apiserver, kube-controller-manager, kubectl and etcd built from Go modules into ~/.cache/mcp-tasks
-# (10-25 min the first time, a no-op after), and the identity provider the identity tests run against
-# (ory hydra, ~10 min cold; needs a C compiler). Without Go the tests that need them skip, saying why.
+# (about 6 min the first time on 2 cores, a no-op after), and the identity provider the identity tests run
+# against (ory hydra, about 1 min cold; needs a C compiler). Without Go the tests that need them skip, saying why.
 controlplane:
 	@if command -v go >/dev/null; then bash tests/controlplane/build.sh >/dev/null && bash tests/identity/build.sh >/dev/null; \
 	else echo "Go not found: the tests that need a real kube-apiserver or identity provider will be skipped"; fi
 
 # SeaweedFS's `weed`, the S3-compatible server the artifact tests run against, built from Go modules into
-# ~/.cache/mcp-tasks (15-35 min the first time, a no-op after). Without Go those tests skip.
+# ~/.cache/mcp-tasks (about 4 min the first time on 2 cores, a no-op after). Without Go those tests skip.
 objectstore:
 	@if command -v go >/dev/null; then bash tests/objectstore/build.sh >/dev/null; \
 	else echo "Go not found: the tests that need an S3-compatible server will be skipped"; fi
 
 # Prometheus's promtool, which the alert tests run the chart's PrometheusRule through (`promtool test rules`),
-# built from Go modules into ~/.cache/mcp-tasks (about 31 min cold on this 2-core machine under load, a no-op
-# after). Without Go those tests skip.
+# built from Go modules into ~/.cache/mcp-tasks (about 4 min cold on 2 cores, a no-op after). Without Go those tests skip.
 promtool:
 	@if command -v go >/dev/null; then bash tests/alerts/build.sh >/dev/null; \
 	else echo "Go not found: the alert tests (promtool test rules) will be skipped"; fi
