@@ -267,6 +267,8 @@ async def test_refused_tokens_get_401_with_invalid_token_and_are_counted_by_reas
         assert challenge.startswith(f'Bearer resource_metadata="{base_of(trusting_hydra)}{METADATA}"'), challenge
         assert 'error="invalid_token"' in challenge, (reason, challenge)
         assert refusals(reason) == before + 1, reason
+        if reason == "wrong_audience":  # what the IdP must be asked for: this server's audience
+            assert f"accepts tokens for '{url}'" in challenge, challenge
     assert (await McpHttp(http_session, url, token=good).request("tools/list")).status == 200
 
 

@@ -206,6 +206,8 @@ async def authenticate(request: web.Request) -> Identity | web.Response:
         metrics.AUTH_REFUSALS.labels(refused.reason).inc()
         if refused.reason == "issuer_unavailable":
             logger.warning("a token could not be checked: its issuer did not answer")
+        elif refused.reason != "missing_token":  # a client's first, token-less request is routine
+            logger.info("refused a token (%s): %s", refused.reason, refused)  # the message never holds the token
         return gate.refusal(request, refused)
     request[IDENTITY_KEY] = identity
     return identity

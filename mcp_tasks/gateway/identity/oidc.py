@@ -226,6 +226,14 @@ _REFUSALS: Final[tuple[tuple[type[jwt.PyJWTError], Refused], ...]] = (
 )
 
 
+def _audience_hint(what: str, audience: str) -> str:
+    """A refusal that names the audience this server accepts (its resource URI: public, in the metadata)."""
+    return (
+        f"{what}; this server accepts tokens for {audience!r}. Request the token with resource={audience} "
+        "(RFC 8707), or have the identity provider put that value in aud (docs/security.md)"
+    )
+
+
 class OidcVerifier:
     """Checks JWT access tokens of the configured issuers (`AuthSettings.oidc_*`)."""
 
@@ -256,6 +264,14 @@ class OidcVerifier:
                 leeway=self._settings.oidc_leeway_s,
                 options={"require": ["exp", "iss", "aud"], "strict_aud": False},
             )
+        except jwt.MissingRequiredClaimError as exc:
+            if exc.claim == "aud":
+                raise Refused("missing_claim", _audience_hint("The token carries no audience (aud)", audience)) from exc
+            raise Refused("missing_claim", f"The token lacks the required claim {exc.claim!r}") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise Refused(
+                "wrong_audience", _audience_hint("The token was issued for another audience", audience)
+            ) from exc
         except jwt.PyJWTError as exc:
             for kind, refusal in _REFUSALS:
                 if isinstance(exc, kind):
