@@ -43,7 +43,7 @@ objectstore:
 	else echo "Go not found: the tests that need an S3-compatible server will be skipped"; fi
 
 # Prometheus's promtool, which the alert tests run the chart's PrometheusRule through (`promtool test rules`),
-# built from Go modules into ~/.cache/mcp-tasks (about 4 min cold on 2 cores, a no-op after). Without Go those tests skip.
+# built from Go modules into ~/.cache/mcp-tasks (about 2 min cold on 2 cores with `-tags remove_all_sd`, a no-op after). Without Go those tests skip.
 promtool:
 	@if command -v go >/dev/null; then bash tests/alerts/build.sh >/dev/null; \
 	else echo "Go not found: the alert tests (promtool test rules) will be skipped"; fi

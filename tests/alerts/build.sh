@@ -34,7 +34,8 @@ echo "promtool: building Prometheus $version's promtool into $dir (a cold build 
 (
     cd "$module"
     export CGO_ENABLED=0
-    go build -trimpath -ldflags "-s -w" -o "$dir/promtool.partial" github.com/prometheus/prometheus/cmd/promtool
+    # remove_all_sd: no service-discovery plugins (rule tests need none); about 2 min cold instead of 5
+    go build -tags remove_all_sd -trimpath -ldflags "-s -w" -o "$dir/promtool.partial" github.com/prometheus/prometheus/cmd/promtool
 )
 mv "$dir/promtool.partial" "$dir/promtool"
 echo "promtool: built in $(( $(date +%s) - started )) s" >&2
