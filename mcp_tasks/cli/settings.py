@@ -19,6 +19,7 @@ from typing import Final
 
 from mcp_tasks.gateway.identity.oidc import check_issuer_url
 from mcp_tasks.gateway.identity.settings import AuthSettings
+from mcp_tasks.gateway.identity.tenants import TenantPolicy
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
@@ -325,6 +326,16 @@ def _validate_auth(settings: Settings, command: str) -> None:
             f"{', '.join(sorted(trusted_issuers(settings)))} (who created the tasks stored before owners named "
             "their issuer)"
         )
+    try:
+        policy = TenantPolicy.parse(auth.issuer_tenants)
+    except ValueError as exc:
+        raise SettingsError(f"MCPTASKS_ISSUER_TENANTS: {exc}") from exc
+    for issuer in policy.patterns:
+        if issuer not in trusted_issuers(settings) or issuer == LOCAL_ISSUER:
+            raise SettingsError(
+                f"MCPTASKS_ISSUER_TENANTS names the issuer {issuer!r}, which this server does not trust; name "
+                f"{', '.join(sorted(trusted_issuers(settings) - {LOCAL_ISSUER})) or 'a configured issuer'}"
+            )
     if auth.service_account_tokens and command != "gateway":
         raise SettingsError("MCPTASKS_SERVICE_ACCOUNT_TOKENS needs a cluster: use it with `mcptasks gateway`")
     if auth.oidc_leeway_s < 0 or auth.oidc_fetch_timeout_s <= 0 or auth.oidc_jwks_refresh_min_s < 0:

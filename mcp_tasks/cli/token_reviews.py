@@ -79,7 +79,7 @@ class TokenReviews:
         namespace, _, account = username.removeprefix(_PREFIX).partition(":")
         if not username.startswith(_PREFIX) or not namespace or not account:
             raise Refused("invalid_token", "The token is not a ServiceAccount's")
-        identity = Identity(Owner(namespace, account, ISSUER), "kubernetes", ISSUER)
+        identity = Identity(Owner(namespace, account, ISSUER), "kubernetes")
         if len(self._accepted) >= MAX_REMEMBERED:
             self._accepted.clear()
         self._accepted[key] = (identity, now + min(REMEMBER_S, _seconds_left(token)))

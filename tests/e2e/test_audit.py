@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 import pytest
 from prometheus_client import REGISTRY
 
-from tests.conftest import Embedded, McpHttp
+from mcp_tasks.cli.settings import validate
+from tests.conftest import Embedded, McpHttp, server_settings, serving, with_tokens
 
 
 def refusals(reason: str) -> float:
@@ -63,3 +66,35 @@ async def test_a_legacy_era_call_is_audited_with_its_tool_from_the_body(
     assert reply.status == 200, reply.body
     lines = [record for record in caplog.records if record.name == "mcp_tasks.audit"]
     assert [(r.method, r.tool, r.outcome) for r in lines] == [("tools/call", "greet", "ok")]  # type: ignore[attr-defined]
+
+
+async def test_an_issuer_limited_to_some_tenants_is_refused_403_for_another_with_an_audit_line(
+    tmp_path: Path, http_session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 §1: `MCPTASKS_ISSUER_TENANTS` limits which tenants an issuer may vouch for. eve's token names
+    tenant `evil`, which `static` may not vouch for here: 403 naming the rule, counted, audited with the
+    verified principal; acme's principals are served as before."""
+    settings = with_tokens(server_settings(tmp_path / "data"), tmp_path)
+    settings = validate(replace(settings, auth=replace(settings.auth, issuer_tenants=("static=acme", "static=ops-*"))))
+    caplog.set_level(logging.INFO)
+    before = refusals("tenant_not_allowed")
+    async with serving(settings) as server:
+        eve = McpHttp(http_session, server.url, token="eve-token")
+        refused = await eve.request("tools/call", {"name": "greet", "arguments": {"name": "Ada"}})
+        assert refused.status == 403, refused.body
+        message = refused.body["error"]["message"]
+        assert "static may not vouch for tenant 'evil'" in message and "acme, ops-*" in message
+        assert "eve-token" not in message
+        assert (await eve.get("0" * 32)).status == 403
+        alice = McpHttp(http_session, server.url, token="alice-token")
+        assert (await alice.call_tool("greet", {"name": "Ada"})).status == 200
+    assert refusals("tenant_not_allowed") == before + 2
+    audited = [record for record in caplog.records if record.name == "mcp_tasks.audit"]
+    keys = ("tenant", "subject", "issuer", "method", "tool", "taskId", "outcome")
+    assert [tuple(r.__dict__.get(key) for key in keys) for r in audited] == [
+        ("evil", "alice", "static", "tools/call", "greet", None, "tenant_not_allowed"),
+        ("evil", "alice", "static", "tasks/get", None, "0" * 32, "tenant_not_allowed"),
+        ("acme", "alice", "static", "tools/call", "greet", None, "ok"),
+    ]
+    logged = [r.getMessage() for r in caplog.records if r.name == "mcp_tasks.gateway.identity"]
+    assert any("tenant_not_allowed" in line and "'static'" in line and "'alice'" in line for line in logged), logged

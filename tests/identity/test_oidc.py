@@ -324,3 +324,24 @@ async def test_static_tokens_still_work_beside_oidc_and_a_jwt_never_reaches_the_
         lookalike = forged({"alg": "RS256"}, {"iss": hydra.issuer})
         reply = await McpHttp(http_session, server.url, token=lookalike).request("tools/list")
         assert reply.status == 401
+
+
+async def test_an_issuer_limited_to_some_tenants_is_refused_for_a_token_naming_another(
+    tmp_path: Path, hydra: Hydra, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 30 §1 with a real IdP: the tenant comes from a claim (`client_id`), and the issuer may vouch only
+    for `team-*` (`MCPTASKS_ISSUER_TENANTS`). A client named outside the pattern gets 403 saying so; one
+    inside it is served, its task owned by (its tenant, its subject, the issuer)."""
+    rule = (f"{hydra.issuer}=team-*",)
+    async with oidc_server(tmp_path, hydra.issuer, oidc_tenant_claim="client_id", issuer_tenants=rule) as server:
+        tokens = {}
+        for name in (f"team-{secrets.token_hex(4)}", f"svc-{secrets.token_hex(4)}"):
+            secret = await hydra.create_client(name, audiences=[server.url])
+            tokens[name] = await hydra.client_credentials(name, secret, server.url)
+        inside, outside = tokens
+        refused = await McpHttp(http_session, server.url, token=tokens[outside]).call_tool("greet", {"name": "Ada"})
+        assert refused.status == 403, refused.body
+        assert f"the issuer {hydra.issuer} may not vouch for tenant {outside!r}" in refused.body["error"]["message"]
+        member = McpHttp(http_session, server.url, token=tokens[inside])
+        task_id = await member.start_task("confirm_delete", {"filename": "a.txt"})
+        assert await owned_by(server, task_id, Owner(inside, inside, hydra.issuer))

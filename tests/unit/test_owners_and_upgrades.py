@@ -14,6 +14,7 @@ import pytest
 
 from mcp_tasks.cli.settings import ServeSettings, Settings, SettingsError, legacy_owner_issuer, validate
 from mcp_tasks.gateway.identity.settings import AuthSettings
+from mcp_tasks.gateway.identity.tenants import TenantPolicy
 from mcp_tasks.store.kubernetes import mapping
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.store.sqlite import SqliteTaskStore
@@ -106,6 +107,30 @@ def test_the_legacy_issuer_is_the_configured_one_or_the_only_trusted_one() -> No
     untrusted = dataclasses.replace(both, auth=dataclasses.replace(both.auth, legacy_owner_issuer=IDP_B))
     with pytest.raises(SettingsError, match=r"MCPTASKS_LEGACY_OWNER_ISSUER names 'https://idp-b\.example'"):
         validate(untrusted)
+
+
+def test_an_issuer_vouches_only_for_the_tenants_its_patterns_match() -> None:
+    """`MCPTASKS_ISSUER_TENANTS` (issue 30 §1): listed issuers are limited, unlisted ones are not; an issuer
+    URL may hold `=` (the pattern is after the last one); bad entries and untrusted issuers fail at start."""
+    policy = TenantPolicy.parse([f"{IDP_A}=team-*", f"{IDP_A}=ops", "kubernetes=agents-a", "https://q.example/?a=b=x"])
+    assert policy.allows(IDP_A, "team-blue") and policy.allows(IDP_A, "ops")
+    assert not policy.allows(IDP_A, "tenant-a") and not policy.allows(IDP_A, "Team-blue")
+    assert not policy.allows(IDP_A, "opsx") and not policy.allows("kubernetes", "agents-b")
+    assert policy.allows(IDP_B, "anything") and policy.allows("https://q.example/?a=b", "x")
+    assert policy.describe(IDP_A) == "team-*, ops"
+    for bad in ("team-a", f"{IDP_A}=", "=team-a"):
+        with pytest.raises(ValueError, match="ISSUER=TENANT_PATTERN"):
+            TenantPolicy.parse([bad])
+    tools = ServeSettings(tools_dirs=(REPO / "conformance" / "tools",))
+    trusting_a = Settings(serve=tools, auth=AuthSettings(oidc_issuer=(IDP_A,)))
+    assert validate(
+        dataclasses.replace(trusting_a, auth=dataclasses.replace(trusting_a.auth, issuer_tenants=(f"{IDP_A}=t",)))
+    )
+    for entries, named in (((f"{IDP_B}=t",), "'https://idp-b.example'"), (("static=t",), "'static'"), (("x",), "")):
+        wrong = dataclasses.replace(trusting_a, auth=dataclasses.replace(trusting_a.auth, issuer_tenants=entries))
+        with pytest.raises(SettingsError, match="MCPTASKS_ISSUER_TENANTS") as refused:
+            validate(wrong)
+        assert named in str(refused.value)
 
 
 async def test_a_body_field_of_a_newer_version_survives_this_versions_rewrite(tmp_path: Path) -> None:

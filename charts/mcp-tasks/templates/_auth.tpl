@@ -19,6 +19,11 @@ ServiceAccount tokens, in any combination; at least one is required (the gateway
 {{- with $auth.legacyOwnerIssuer }}
 - {name: MCPTASKS_LEGACY_OWNER_ISSUER, value: {{ . | quote }}}
 {{- end }}
+{{- with $auth.issuerTenants }}
+{{- $entries := list }}
+{{- range $issuer, $patterns := . }}{{- range $patterns }}{{- $entries = append $entries (printf "%s=%s" $issuer .) }}{{- end }}{{- end }}
+- {name: MCPTASKS_ISSUER_TENANTS, value: {{ join "," $entries | quote }}}
+{{- end }}
 {{- if $auth.oidc.enabled }}
 - {name: MCPTASKS_OIDC_ISSUER, value: {{ join "," $auth.oidc.issuers | quote }}}
 - {name: MCPTASKS_OIDC_SUBJECT_CLAIM, value: {{ $auth.oidc.subjectClaim | quote }}}

@@ -17,7 +17,7 @@ from typing import Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY
+from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY, Identity
 from mcp_tasks.gateway.responses import REQUEST_METHOD_KEY, RESPONSE_CODE_KEY
 from mcp_tasks.protocol import constants
 
@@ -83,23 +83,39 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             task_id = name if method in constants.TASK_METHODS else None
             if task_id is None and response is not None and method == constants.METHOD_TOOLS_CALL:
                 task_id = _created_task(response)
-            fields: dict[str, object] = {
-                "audit": True,
-                "method": method,
-                "tenant": identity.owner.tenant,
-                "subject": identity.owner.subject,
-                "issuer": identity.issuer,
-                "mechanism": identity.mechanism,
-                "tool": _bounded(tool),
-                "taskId": _bounded(task_id),
-                "outcome": outcome,
-            }
-            logger.info(
-                "audit: %s by %s/%s via %s: %s",
-                method,
-                identity.owner.tenant,
-                identity.owner.subject,
-                identity.mechanism,
-                outcome,
-                extra={key: value for key, value in fields.items() if value is not None},
-            )
+            write(identity, method, tool, task_id, outcome)
+
+
+def write(identity: Identity, method: str | None, tool: str | None, task_id: str | None, outcome: str) -> None:
+    """One audit line: who (tenant, subject, issuer, mechanism), what (method, tool, task id), how it ended."""
+    fields: dict[str, object] = {
+        "audit": True,
+        "method": _bounded(method),
+        "tenant": identity.owner.tenant,
+        "subject": identity.owner.subject,
+        "issuer": identity.issuer,
+        "mechanism": identity.mechanism,
+        "tool": _bounded(tool),
+        "taskId": _bounded(task_id),
+        "outcome": outcome,
+    }
+    logger.info(
+        "audit: %s by %s/%s via %s: %s",
+        method,
+        identity.owner.tenant,
+        identity.owner.subject,
+        identity.mechanism,
+        outcome,
+        extra={key: value for key, value in fields.items() if value is not None},
+    )
+
+
+def refused(request: web.BaseRequest, identity: Identity, reason: str) -> None:
+    """The audit line of a verified principal refused before its body was read (a tenant its issuer may not
+    vouch for): the method and name come from the `Mcp-Method` and `Mcp-Name` headers, the outcome is the
+    refusal's reason.
+    """
+    method = request.headers.get(constants.HEADER_METHOD)
+    name = request.headers.get(constants.HEADER_NAME)
+    tool = name if method == constants.METHOD_TOOLS_CALL else None
+    write(identity, method, tool, name if method in constants.TASK_METHODS else None, reason)

@@ -27,6 +27,7 @@ from mcp_tasks.gateway.identity import audit, metadata, scopes
 from mcp_tasks.gateway.identity.oidc import OidcVerifier
 from mcp_tasks.gateway.identity.principal import IDENTITY_KEY, TOOL_KEY, Identity, Refused
 from mcp_tasks.gateway.identity.settings import AuthSettings
+from mcp_tasks.gateway.identity.tenants import TenantPolicy
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.observability import metrics
 from mcp_tasks.protocol.errors import InvalidRequest
@@ -82,6 +83,7 @@ class Gate:
         self.catalog: ToolCatalog | None = None  # set by `install`: the tools whose scopes are checked
         self._session: aiohttp.ClientSession | None = None
         self.oidc = OidcVerifier(settings, self._http) if settings.oidc_issuer else None
+        self.tenants = TenantPolicy.parse(settings.issuer_tenants)
 
     @property
     def configured(self) -> bool:
@@ -107,8 +109,24 @@ class Gate:
         """The principal of `request`, from its `Authorization` header alone.
 
         Raises:
-            Refused: no, several, or a refused bearer token; or its issuer cannot be asked.
+            Refused: no, several, or a refused bearer token; its issuer may not vouch for the tenant it
+                names (`tenant_not_allowed`, 403); or its issuer cannot be asked.
         """
+        identity = await self._mechanism(request)
+        owner = identity.owner
+        if not self.tenants.allows(owner.issuer, owner.tenant):
+            raise Refused(
+                "tenant_not_allowed",
+                f"Forbidden: the issuer {owner.issuer} may not vouch for tenant {owner.tenant!r} here (it may for: "
+                f"{self.tenants.describe(owner.issuer)}); use a token of an issuer that serves that tenant",
+                issuer=owner.issuer,
+                subject=owner.subject,
+                identity=identity,
+            )
+        return identity
+
+    async def _mechanism(self, request: web.BaseRequest) -> Identity:
+        """The principal the one mechanism the token's shape selects accepts (see the module docstring)."""
         if not self.configured:
             return Identity(LOCAL_OWNER, "local")
         values = request.headers.getall("Authorization", [])
@@ -137,13 +155,21 @@ class Gate:
         except jwt.PyJWTError as exc:
             raise Refused("malformed_token", "the bearer token is not a well-formed JWT") from exc
         issuer = claims.get("iss")
-        if self.oidc is not None and isinstance(issuer, str) and issuer in self.oidc.issuers:
-            audience = self.settings.oidc_audience or self.resource(request)
-            return await self.oidc.verify(token, header, issuer, audience)
-        if self.service_accounts is not None:
-            audience = self.settings.service_account_audience or self.settings.resource_uri or SERVICE_ACCOUNT_AUDIENCE
-            return await self.service_accounts.review(token, audience)
-        raise Refused("unknown_issuer", "the token's issuer is not trusted here")
+        try:
+            if self.oidc is not None and isinstance(issuer, str) and issuer in self.oidc.issuers:
+                audience = self.settings.oidc_audience or self.resource(request)
+                return await self.oidc.verify(token, header, issuer, audience)
+            if self.service_accounts is not None:
+                audience = (
+                    self.settings.service_account_audience or self.settings.resource_uri or SERVICE_ACCOUNT_AUDIENCE
+                )
+                return await self.service_accounts.review(token, audience)
+            raise Refused("unknown_issuer", "the token's issuer is not trusted here")
+        except Refused as refused:  # what the token claimed, for the operator's log line (never the token)
+            subject = claims.get(self.settings.oidc_subject_claim)
+            refused.issuer = refused.issuer or (issuer if isinstance(issuer, str) else None)
+            refused.subject = refused.subject or (subject if isinstance(subject, str) else None)
+            raise
 
     def scope_refusal(
         self, request: web.BaseRequest, tool_name: object, request_id: RequestId | None = None
@@ -167,11 +193,14 @@ class Gate:
         return response
 
     def refusal(self, request: web.BaseRequest, refused: Refused) -> web.Response:
-        """The HTTP answer to a refused request: `401` + challenge, or `503` + `Retry-After`."""
-        response = json_response(error_response(None, InvalidRequest(f"Unauthorized: {refused}")), refused.http_status)
+        """The HTTP answer to a refused request: `401` + challenge, `403` (a tenant its issuer may not vouch
+        for: no token of this issuer would do), or `503` + `Retry-After`.
+        """
+        message = str(refused) if refused.http_status == 403 else f"Unauthorized: {refused}"
+        response = json_response(error_response(None, InvalidRequest(message)), refused.http_status)
         if refused.http_status == 503:
             response.headers["Retry-After"] = str(RETRY_AFTER_S)
-        else:
+        elif refused.http_status == 401:  # a 403 has no challenge: another token of this issuer would not do
             error = "invalid_token" if refused.token_sent else None
             description = str(refused) if refused.token_sent else None
             response.headers["WWW-Authenticate"] = metadata.challenge(
@@ -205,12 +234,32 @@ async def authenticate(request: web.Request) -> Identity | web.Response:
     except Refused as refused:
         metrics.AUTH_REFUSALS.labels(refused.reason).inc()
         if refused.reason == "issuer_unavailable":
-            logger.warning("a token could not be checked: its issuer did not answer")
+            logger.warning(
+                "a token of issuer %s could not be checked: the issuer did not answer", _claimed(refused.issuer)
+            )
         elif refused.reason != "missing_token":  # a client's first, token-less request is routine
-            logger.info("refused a token (%s): %s", refused.reason, refused)  # the message never holds the token
+            logger.info(  # the message never holds the token; issuer and subject are what it claimed
+                "refused a token (%s) of issuer %s for subject %s: %s",
+                refused.reason,
+                _claimed(refused.issuer),
+                _claimed(refused.subject),
+                refused,
+                extra={"reason": refused.reason},
+            )
+        if refused.identity is not None:
+            audit.refused(request, refused.identity, refused.reason)
         return gate.refusal(request, refused)
     request[IDENTITY_KEY] = identity
     return identity
+
+
+MAX_CLAIMED_CHARS: Final = 128
+"""Longest issuer or subject a refusal's log line repeats (they are shorter; a forged token may hold more)."""
+
+
+def _claimed(value: str | None) -> str:
+    """A claimed issuer or subject for a log line: quoted with escapes (a forged one is any string), bounded."""
+    return "(none)" if value is None else repr(value[:MAX_CLAIMED_CHARS])
 
 
 def install(app: web.Application, gate: Gate, catalog: ToolCatalog) -> None:

@@ -277,7 +277,7 @@ class OidcVerifier:
                 if isinstance(exc, kind):
                     raise Refused(refusal.reason, str(refusal)) from exc
             raise Refused("invalid_token", "The token is not a valid JWT") from exc
-        return Identity(self._owner(claims, issuer), "oidc", issuer, _scopes(claims))
+        return Identity(self._owner(claims, issuer), "oidc", _scopes(claims))
 
     def _owner(self, claims: dict[str, Any], issuer: str) -> Owner:
         subject = claims.get(self._settings.oidc_subject_claim)

@@ -31,6 +31,7 @@ RefusalReason = Literal[
     "missing_claim",
     "issuer_unavailable",
     "insufficient_scope",
+    "tenant_not_allowed",
 ]
 """Why a request was refused: the label of `mcptasks_auth_refusals_total` (a closed set)."""
 
@@ -42,17 +43,21 @@ class Identity:
     """An authenticated principal and how it was established.
 
     Attributes:
-        owner: the `(tenant, subject)` that owns the tasks this request creates.
+        owner: the `(tenant, subject, issuer)` that owns the tasks this request creates; its issuer is who
+            vouched for the caller (`static`, `local`, `kubernetes` or the OIDC `iss`).
         mechanism: which mechanism accepted the token.
-        issuer: the token's issuer (OIDC `iss`, `kubernetes` for a ServiceAccount token), else `None`.
         scopes: the scopes the token grants (OIDC `scope`/`scp`), or `None` where the mechanism has no
             scopes and every tool is open (local principal, static tokens, ServiceAccount tokens).
     """
 
     owner: Owner
     mechanism: Mechanism
-    issuer: str | None = None
     scopes: frozenset[str] | None = None
+
+    @property
+    def issuer(self) -> str:
+        """Who vouched for this principal (`owner.issuer`)."""
+        return self.owner.issuer
 
     def may_use(self, required: frozenset[str]) -> bool:
         """True when this principal holds every scope in `required` (an empty set is open to all)."""
@@ -67,21 +72,41 @@ TOOL_KEY: Final = web.RequestKey("mcp_tool", str)
 
 
 class Refused(Exception):
-    """A request is not authenticated (HTTP 401), or the issuer cannot be asked now (HTTP 503).
+    """A request is not authenticated (HTTP 401), its issuer may not vouch for its tenant (HTTP 403), or
+    the issuer cannot be asked now (HTTP 503).
 
-    The message is for the client (`error_description`): it never holds the token or its claims.
+    The message is for the client (`error_description`): it never holds the token. `issuer` and
+    `subject` are for the operator's log line only: what the token claimed (unverified unless the
+    refusal came after its signature verified), `None` where it claimed nothing readable.
 
     Attributes:
         reason: the bounded reason counted in the refusal metric.
         token_sent: whether the request carried a bearer token (then the challenge says `invalid_token`).
+        issuer: the issuer the token named, if any.
+        subject: the subject the token named, if any.
+        identity: the verified principal a `tenant_not_allowed` refusal turned away (for its audit line).
     """
 
-    def __init__(self, reason: RefusalReason, message: str, *, token_sent: bool = True) -> None:
+    def __init__(
+        self,
+        reason: RefusalReason,
+        message: str,
+        *,
+        token_sent: bool = True,
+        issuer: str | None = None,
+        subject: str | None = None,
+        identity: Identity | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason: RefusalReason = reason
         self.token_sent = token_sent
+        self.issuer = issuer
+        self.subject = subject
+        self.identity = identity
 
     @property
     def http_status(self) -> int:
-        """401, or 503 when the token could not be checked because its issuer did not answer."""
-        return 503 if self.reason == "issuer_unavailable" else 401
+        """401; 403 for a tenant its issuer may not vouch for; 503 when the issuer did not answer."""
+        if self.reason == "issuer_unavailable":
+            return 503
+        return 403 if self.reason == "tenant_not_allowed" else 401

@@ -45,6 +45,12 @@ class AuthSettings:
             (an upgrade from an earlier version): `static`, `kubernetes`, `local` or one of `oidc_issuer`.
             Default none: the one mechanism configured when there is exactly one; with several, such tasks
             are readable by nobody until this names the one that created them (docs/security.md, Owners).
+        issuer_tenants: which tenants an issuer may vouch for, comma-separated `ISSUER=TENANT_PATTERN`
+            entries (`identity.tenants`): the issuer is `kubernetes`, `static` or one of `oidc_issuer`, the
+            pattern shell-style (`team-*`); an issuer may repeat. Default none: every issuer may vouch for
+            any tenant. A token naming a tenant its issuer may not vouch for is refused (403
+            `tenant_not_allowed`, with an audit line). Set it when an issuer's tenant comes from a claim
+            (`oidc_tenant_claim`) or ServiceAccount namespaces are tenants.
     """
 
     resource_uri: str | None = None
@@ -59,6 +65,7 @@ class AuthSettings:
     service_account_tokens: bool = False
     service_account_audience: str | None = None
     legacy_owner_issuer: str | None = None
+    issuer_tenants: tuple[str, ...] = ()
 
     @property
     def configured(self) -> bool:
