@@ -71,6 +71,7 @@ bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.warm
 	$(BIN)/python -m bench.call_auth
+	$(BIN)/python -m bench.request_memory
 	$(BIN)/python -m bench.versus_fastmcp
 
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")

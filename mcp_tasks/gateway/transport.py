@@ -163,6 +163,10 @@ class _BodyDecoder:
         return rest
 
 
+def _too_large(limit: int) -> BodyRefused:
+    return BodyRefused(413, InvalidRequest(f"Request body exceeds {limit} bytes; send less"))
+
+
 async def _read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
     """The whole body after `Content-Encoding` is undone, within `limit` bytes and `timeout_s` seconds.
 
@@ -180,9 +184,11 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
             415,
             InvalidRequest(f"Content-Encoding {coding!r} is not supported; send gzip, deflate or an uncompressed body"),
         )
-    too_large = BodyRefused(413, InvalidRequest(f"Request body exceeds {limit} bytes; send less"))
+    # Each refusal is raised new, never kept in a local: an exception bound in this frame would form a
+    # cycle with its traceback (which holds the frame and its chunks) and keep up to `limit` bytes alive
+    # until the cyclic collector runs (bench.request_memory)
     if (request.content_length or 0) > limit:  # compressed or not: no body we take is larger
-        raise too_large
+        raise _too_large(limit)
     decoder = _BodyDecoder(coding)
     chunks: list[bytes] = []
     size = 0
@@ -192,11 +198,11 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
             async for chunk in request.content.iter_any():
                 received += len(chunk)
                 if received > limit:  # also bounds input that decodes to nothing (empty deflate blocks)
-                    raise too_large
+                    raise _too_large(limit)
                 decoded = decoder.decode(chunk, limit - size)
                 size += len(decoded)
                 if size > limit:
-                    raise too_large
+                    raise _too_large(limit)
                 chunks.append(decoded)
         rest = decoder.finish()
     except TimeoutError as exc:
@@ -208,7 +214,7 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
             400, ParseError(f"Parse error: the body is not valid {coding} data, as its Content-Encoding header says")
         ) from exc
     if size + len(rest) > limit:
-        raise too_large
+        raise _too_large(limit)
     chunks.append(rest)
     return b"".join(chunks)
 
