@@ -85,10 +85,13 @@ async def until(
 
 
 def server_settings(data_dir: Path, **runner: Any) -> Settings:
-    """Settings for a test server: fast leases and sweeps, the conformance and test tools."""
-    runner_settings = replace(
-        RunnerSettings(lease_duration_s=3.0, claim_poll_s=0.2, sweep_interval_s=0.2, shutdown_grace_s=1.0), **runner
+    """Settings for a test server: fast leases and sweeps, the conformance and test tools, tools stopped with it."""
+    # A test server's stop stops its tools (no next start adopts them: they would outlive the test);
+    # tests/e2e/test_durability.py runs the default hand-over with real server processes.
+    defaults = RunnerSettings(
+        lease_duration_s=3.0, claim_poll_s=0.2, sweep_interval_s=0.2, shutdown_grace_s=1.0, stop_hands_over=False
     )
+    runner_settings = replace(defaults, **runner)
     return validate(
         Settings(serve=ServeSettings(tools_dirs=TOOL_DIRS, data_dir=data_dir, port=0), runner=runner_settings)
     )

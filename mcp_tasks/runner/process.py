@@ -18,6 +18,7 @@ import logging
 import os
 import resource
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -91,6 +92,35 @@ async def _wait_for_exit(pid: int, identity: str) -> None:
         await asyncio.sleep(ADOPTED_POLL_S)
 
 
+async def _wait_for_child(process: subprocess.Popen[bytes]) -> int:
+    """Wait until our child `process` has exited, then reap it; its exit code (negative: killed by that signal).
+
+    A pidfd tells the loop when (Linux); elsewhere the child is polled every `ADOPTED_POLL_S`.
+    """
+    if process.poll() is not None:
+        return process.returncode
+    try:
+        descriptor = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        descriptor = None
+    if descriptor is None:
+        while process.poll() is None:  # noqa: ASYNC110 - without a pidfd, polling is the only way
+            await asyncio.sleep(ADOPTED_POLL_S)
+        return process.returncode
+    try:
+        exited = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(descriptor, exited.set)  # a pidfd becomes readable when its process ends
+        try:
+            if process.poll() is None:
+                await exited.wait()
+        finally:
+            loop.remove_reader(descriptor)
+    finally:
+        os.close(descriptor)
+    return process.wait()  # it has exited: reaps at once
+
+
 async def stop_group(pid: int, identity: str, grace_s: float) -> None:
     """SIGTERM the process group that `pid` (of `identity`) leads, wait `grace_s`, then SIGKILL; not our child."""
     if not signal_group(pid, identity, signal.SIGTERM):
@@ -120,7 +150,7 @@ class ToolProcess:
         self.tool = tool
         self.extra_env = dict(extra_env)
         self.log_path = log_path
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._adopted: tuple[int, str] | None = None  # (pid, identity) of a process we did not start
 
     @classmethod
@@ -146,28 +176,21 @@ class ToolProcess:
             cwd = str(Path(self.tool.base_dir, cwd))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
-        spawn = asyncio.ensure_future(
-            asyncio.create_subprocess_exec(
-                *command_for(self.tool),
+        try:
+            # `subprocess.Popen`, not asyncio's subprocess transport: closing that transport (the loop
+            # ending, or its collection) kills a child still running, and a stopping server hands its
+            # runs to the next start instead (`Supervisor._stop_on_shutdown`). Nothing here is tied to
+            # this process: stdin and stdout are /dev/null, stderr a file, a session of its own.
+            self._process = subprocess.Popen(  # noqa: ASYNC220 - asyncio forks in the loop thread too
+                command_for(self.tool),
                 cwd=cwd,
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
                 stderr=log_fd,
                 start_new_session=True,
-                preexec_fn=_address_space_limit(self.tool),
+                preexec_fn=_address_space_limit(self.tool),  # noqa: PLW1509 - one setrlimit, no lock taken
             )
-        )
-        try:
-            self._process = await asyncio.shield(spawn)
-        except asyncio.CancelledError:
-            # Cancelled mid-spawn (the server stops): the process may exist already. Stop it rather than
-            # leave it running unseen past its event loop.
-            with contextlib.suppress(OSError):
-                self._process = await spawn
-                self._signal_group(signal.SIGKILL)
-                await self._process.wait()
-            raise
         finally:
             os.close(log_fd)
 
@@ -221,12 +244,12 @@ class ToolProcess:
             return None
         if self._process is None:
             raise RuntimeError("process not started")
-        code = await self._process.wait()
+        code = await _wait_for_child(self._process)
         self._signal_group(signal.SIGKILL)
         return code
 
     def _signal(self, signum: int) -> None:
-        if self._process is not None and self._process.returncode is None:
+        if self._process is not None and self._process.poll() is None:
             self._signal_group(signum)
 
     def _signal_group(self, signum: int) -> None:
@@ -241,7 +264,7 @@ class ToolProcess:
             return
         if self._process is None:
             return
-        if self._process.returncode is not None:
+        if self._process.poll() is not None:
             await self.wait()
             return
         self._signal(signal.SIGTERM)

@@ -18,6 +18,14 @@ class RunnerSettings:
         inline_result_max_bytes: largest result kept inline, in bytes (default 256 KiB); larger → artifact.
         artifact_max_bytes: largest result accepted at all, in bytes (default 64 MiB).
         shutdown_grace_s: SIGTERM → SIGKILL grace for running tools when the server stops, in seconds.
+        stop_hands_over: what a graceful stop (SIGTERM, Ctrl-C) does with running tool processes whose run
+            is recorded for adoption (a state folder, `/proc`): true (the default) leaves them running, their
+            tasks unchanged, for the next start on the same data folder to adopt, as after a crash (a task
+            waiting for input stays `input_required` and answerable); false stops them and applies the
+            restart rule (idempotent: run again at the next start; otherwise failed, outcome unknown). A tool
+            left running whose server never comes back gives up when the worker API stays unreachable
+            (the runtime retries for 5 min). Calls on warm workers and synchronous calls are stopped either way
+            (docs/design.md §7).
         max_input_rounds: synchronous runs that may wait for their callers' next input round at once
             (SEP-2322); they do not take task slots. Past it a run's ask is refused and its call ends
             with a tool error saying so. Default 64.
@@ -30,4 +38,5 @@ class RunnerSettings:
     inline_result_max_bytes: int = 256 * 1024
     artifact_max_bytes: int = 64 * 1024 * 1024
     shutdown_grace_s: float = 5.0
+    stop_hands_over: bool = True
     max_input_rounds: int = 64

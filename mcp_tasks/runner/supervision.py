@@ -21,6 +21,7 @@ from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.runner import identity
 from mcp_tasks.runner.context import STORE_RETRY_FIRST_S, RunContext
+from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
 from mcp_tasks.runner.warm_pool import WarmBusy
 from mcp_tasks.runner.warm_runs import WarmRun
@@ -139,7 +140,8 @@ class Supervisor:
             await self.follow(record.task_id, tool, process, execution)
         finally:
             self.ctx.executions.remove(execution)
-            process.discard_log()
+            if not execution.handed_over:  # the next start reads a handed-over run's stderr tail
+                process.discard_log()
 
     async def follow(
         self,
@@ -340,13 +342,49 @@ class Supervisor:
             task_id, lambda r, now: transitions.complete(r, result, now), execution.attempt
         )
 
+    async def _hands_over(self, task_id: str, process: ToolRun, execution: Execution) -> bool:
+        """True when a stopping executor leaves this run to the next start (`RunnerSettings.stop_hands_over`):
+        a live local process whose lease, held by this executor, names it for adoption, with no outcome
+        posted and unrecorded. The task is left exactly as a crash would leave it.
+        """
+        if not (self.ctx.settings.stop_hands_over and self.ctx.adoptable and isinstance(process, ToolProcess)):
+            return False
+        pid = process.pid
+        if pid is None or execution.unrecorded is not None:
+            return False
+        try:
+            record = await self.ctx.store.get(task_id)
+        except (TaskNotFound, StoreUnavailable):
+            return False
+        lease = record.lease
+        running = None if lease is None else lease.process
+        return (
+            not record.status.is_terminal
+            and lease is not None
+            and lease.holder == self.ctx.holder
+            and running is not None
+            and running.execution_id == execution.execution_id
+            and running.pid == pid
+            and identity.is_alive(pid, running.identity)
+        )
+
     async def _stop_on_shutdown(self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution) -> None:
-        """The executor is stopping: stop the tool, then decide its task now: the outcome the tool posted
-        while the store could not take it (`execution.unrecorded`), else the restart rule.
+        """The executor is stopping: hand the run to the next start (`_hands_over`), or stop the tool and
+        decide its task now: the outcome the tool posted while the store could not take it
+        (`execution.unrecorded`), else the restart rule.
 
         A store that still cannot write leaves the task unfinished, its lease naming the run: the next
         start decides it, from the outcome kept in `ctx.outcomes` when there is one (docs/design.md §7).
         """
+        if await asyncio.shield(self._hands_over(task_id, process, execution)):
+            execution.handed_over = True
+            logger.warning(
+                "task %s: %s (pid %s) left running for the next start to adopt (the server is stopping)",
+                task_id,
+                tool.name,
+                process.pid,
+            )
+            return
         await asyncio.shield(process.stop(self.ctx.settings.shutdown_grace_s))
         idempotent = tool.execution.idempotent
         posted = execution.unrecorded

@@ -54,7 +54,8 @@ class Execution:
     offered up front (SEP-2322), `reserved_task_id` the id its hidden task takes if it asks, and
     `on_progress` hears its progress. `unrecorded` is the final outcome the tool posted while the task
     store could not take it (answered 503): its supervisor records it once the store writes again, or keeps
-    it for the next start when the executor stops first (`runner.outcomes`).
+    it for the next start when the executor stops first (`runner.outcomes`). `handed_over` is set when a
+    stopping executor left the run's process to the next start (its stderr file is kept for it).
     """
 
     tool: ToolSpec | None
@@ -74,6 +75,7 @@ class Execution:
     on_progress: ProgressSink | None = None
     outcome: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     unrecorded: Finished | None = None
+    handed_over: bool = False
 
     def authorizes(self, presented: str) -> bool:
         """Constant-time check of a presented bearer token."""

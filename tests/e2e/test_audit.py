@@ -11,6 +11,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from mcp_tasks.cli.settings import validate
+from mcp_tasks.gateway import dispatch
+from mcp_tasks.protocol import constants
 from tests.conftest import Embedded, McpHttp, server_settings, serving, with_tokens
 
 
@@ -98,3 +100,25 @@ async def test_an_issuer_limited_to_some_tenants_is_refused_403_for_another_with
     ]
     logged = [r.getMessage() for r in caplog.records if r.name == "mcp_tasks.gateway.identity"]
     assert any("tenant_not_allowed" in line and "'static'" in line and "'alice'" in line for line in logged), logged
+
+
+async def test_every_route_refuses_a_request_without_a_caller_in_both_eras(
+    secured: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 30 §2, fail closed: every method the front door serves (the method table, `subscriptions/listen`,
+    the legacy era's `initialize` and removed methods), with no token and with a token nobody issued, is
+    401 before any handler runs: no task is created, nothing is listed."""
+    methods = sorted({*dispatch.METHODS, constants.METHOD_SUBSCRIPTIONS_LISTEN})
+    params = {"name": "greet", "arguments": {"name": "Ada"}, "taskId": "0" * 32, "inputResponses": {}}
+    legacy = {"MCP-Protocol-Version": "2025-11-25", "Mcp-Method": None, "Mcp-Name": None}
+    before = await secured.store.unfinished()
+    for token in (None, "nobody-issued-this"):
+        anonymous = McpHttp(http_session, secured.url, token=token)
+        for method in methods:
+            reply = await anonymous.request(method, params)
+            assert reply.status == 401, (method, reply.status, reply.body)
+            assert "result" not in reply.body
+        for method in ("initialize", "tools/call", "tasks/result", "tasks/list"):
+            reply = await anonymous.request(method, params, with_meta=False, headers=legacy)
+            assert reply.status == 401, (method, reply.status, reply.body)
+    assert await secured.store.unfinished() == before

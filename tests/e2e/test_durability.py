@@ -295,3 +295,63 @@ async def test_a_synchronous_run_parked_in_an_input_round_survives_kill_9(
     }
     done = (await mcp.call_tool("asker", {}, caps=caps, extra=final)).result
     assert done["content"][0]["text"] == "A B"
+
+
+async def test_a_graceful_stop_leaves_a_tool_waiting_for_input_to_the_next_start(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 30 §6 (`MCPTASKS_STOP_HANDS_OVER`, default on): SIGTERM while a non-idempotent tool waits for
+    input leaves the tool running and the task `input_required`, as kill -9 would; the next start adopts
+    it, and the answer reaches the same process, which finishes the task."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("confirm_delete", {"filename": "kept.txt"})
+    waiting = await mcp.wait_status(task_id, "input_required")
+    (pid,) = tool_pids(task_id)
+    await server_process.stop()  # SIGTERM, as systemd and every process manager send
+    assert tool_pids(task_id) == [pid], "the tool outlives a graceful stop"
+    mcp = client(http_session, await server_process.start())
+    after = (await mcp.get(task_id)).result
+    assert after["status"] == "input_required", after
+    assert after["inputRequests"] == waiting["inputRequests"]
+    (key,) = waiting["inputRequests"]
+    answer = {key: {"action": "accept", "content": {"confirm": True}}}
+    assert (await mcp.update(task_id, answer)).status == 200
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled", timeout_s=30)
+    assert done["status"] == "completed" and not done["result"].get("isError"), done
+    await exited(pid, timeout_s=10)  # the one process answered and finished: no second run
+
+
+async def test_a_tool_killed_while_waiting_for_input_is_decided_within_the_lease_after_the_restart(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 30 §6: after a graceful stop, the input-waiting tool's whole process group is killed; the next
+    start finds the asker gone once the lease (1.5 s here) has run out and applies the one outcome rule: not
+    idempotent, so failed with the outcome unknown (never left `input_required` waiting for nobody)."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("confirm_delete", {"filename": "gone.txt"})
+    await mcp.wait_status(task_id, "input_required")
+    await server_process.stop()
+    await kill_tools(task_id)
+    mcp = client(http_session, await server_process.start())
+    done = await mcp.wait_status(task_id, "failed", "completed", "cancelled", timeout_s=15)
+    assert done["status"] == "failed" and "outcome is unknown" in done["statusMessage"], done
+
+
+async def test_a_graceful_stop_with_hand_over_off_stops_the_tool_and_applies_the_restart_rule(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """`MCPTASKS_STOP_HANDS_OVER=false`: the stop ends the tool; a non-idempotent task fails with the
+    outcome unknown and says the server was stopped."""
+    server = ServerProcess(tmp_path / "data", MCPTASKS_STOP_HANDS_OVER="false")
+    try:
+        mcp = client(http_session, await server.start())
+        task_id = await mcp.start_task("confirm_delete", {"filename": "x.txt"})
+        await mcp.wait_status(task_id, "input_required")
+        (pid,) = tool_pids(task_id)
+        await server.stop()
+        await exited(pid, timeout_s=10)
+        mcp = client(http_session, await server.start())
+        done = (await mcp.get(task_id)).result
+        assert done["status"] == "failed" and "server was stopped" in done["statusMessage"], done
+    finally:
+        await server.stop()
