@@ -66,13 +66,15 @@ conformance: install controlplane
 
 test: lint typecheck pytest conformance
 
-# bench.versus_fastmcp installs FastMCP + fastmcp-tasks into ~/.cache/mcp-tasks/bench-fastmcp (its own venv)
+# bench.versus_fastmcp installs FastMCP + fastmcp-tasks into ~/.cache/mcp-tasks/bench-fastmcp (its own venv) and
+# A/Bs this tree against BASELINE (a commit; default the last release tag, else origin/main); it exits 1 on a
+# FAIL or a NOISY run (rounds spread over 20%), after printing every figure
 bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.warm
 	$(BIN)/python -m bench.call_auth
 	$(BIN)/python -m bench.request_memory
-	$(BIN)/python -m bench.versus_fastmcp
+	$(BIN)/python -m bench.versus_fastmcp $(if $(BASELINE),--baseline $(BASELINE))
 
 # the Kubernetes-mode gateway on the test control plane (docs/performance.md, "Kubernetes store")
 bench-kubernetes: install controlplane

@@ -1,11 +1,14 @@
-"""Task path against FastMCP: `python -m bench.versus_fastmcp` (part of `make bench`; about 3 minutes).
+"""Task path against FastMCP, and A/B against a baseline commit: `python -m bench.versus_fastmcp` (part of
+`make bench`; about 5 minutes).
 
 Side by side in one run, the embedded server (`mcptasks serve`, `bench_echo` on one warm worker,
-bench/tools_warm) and FastMCP 4.1.4 with `fastmcp-tasks` 4.1.4 (`bench/fastmcp_server.py`: the same
-trivial tool, in process, the extension's defaults). FastMCP is installed by this benchmark into its own
-virtual environment (`~/.cache/mcp-tasks/bench-fastmcp`, pip from PyPI), never into this project's.
+bench/tools_warm) of this tree, the same server of a baseline commit (`--baseline REV`, default: the last
+release tag, else `origin/main`; `git archive` of that commit, served with this virtual environment), and
+FastMCP 4.1.4 with `fastmcp-tasks` 4.1.4 (`bench/fastmcp_server.py`: the same trivial tool, in process, the
+extension's defaults). FastMCP is installed by this benchmark into its own virtual environment
+(`~/.cache/mcp-tasks/bench-fastmcp`, pip from PyPI), never into this project's.
 
-Both get the same bytes from the same client (this process: one aiohttp `ClientSession`, keep-alive) over
+All get the same bytes from the same client (this process: one aiohttp `ClientSession`, keep-alive) over
 the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declared in `_meta` → a
 `CreateTaskResult` (`resultType: "task"`), then `tasks/get` until `completed`. Measures:
 
@@ -15,12 +18,22 @@ the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declare
 - `tasks/get` throughput: 32 concurrent clients reading completed tasks.
 - create → completed p50: 1 client, `tools/call`, then `tasks/get` back to back until it reads `completed`.
 - completed tasks per second, 32 clients: each creates a task, polls it every 10 ms until `completed`,
-  and starts the next.
+  and starts the next; and how many `tasks/get` each task took (polls per task, pooled).
+- warm sync p50 and throughput (ours and the baseline only): a plain `tools/call` of the warm tool (no
+  tasks extension), 1 client back to back, and 32 clients for `--seconds`. Nothing is subtracted: each
+  figure includes every cost of the call (the warm call's credential too), so a cost added anywhere shows
+  against the baseline.
 
-Targets (issue 24 item 7): completed tasks per second ≥ 2x FastMCP's; create → completed p50 ≤ FastMCP's.
-Servers (and the warm worker) are pinned to the first allowed CPU, the client to the second. The phases
-run in `--rounds` interleaved rounds (server order alternating); latencies are pooled, throughputs are the
-median round. Every answer is checked; any error fails the run (exit status 1).
+Targets (issue 31), each printed as a PASS/FAIL line: completed tasks/s ≥ 2x FastMCP's median and no round
+below 0.8x our median; create → completed p50 ≤ FastMCP's; polls per task p50 ≤ 7; against the baseline,
+warm sync p50, warm sync throughput and completed tasks/s no worse (within `NOT_WORSE_TOLERANCE`).
+A throughput phase whose rounds spread more than 20% around their median (max - min > 0.2 x median) makes
+the run NOISY: it is said at the end, and the run does not pass (exit status 1, as for a FAIL).
+
+Servers (and the warm workers) are pinned to the first allowed CPU, the client to the second. The phases
+run in `--rounds` (≥ 3) interleaved rounds (server order alternating); latencies are pooled, throughputs are
+the median round, printed with their range. Every answer is checked; any error makes the run INVALID
+(exit status 1).
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -36,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,7 +66,19 @@ TOOL: Final = warm.TOOL
 CLIENTS: Final = 32
 POLL_S: Final = 0.010
 TARGET_COMPLETED_X: Final = 2.0
+"""Completed tasks/s against FastMCP's median (issue 31)."""
+TARGET_ROUND_X: Final = 0.8
+"""No round of our completed tasks/s below this share of our own median (a run that falls into a slow state)."""
 TARGET_TASK_P50_X: Final = 1.0
+"""Create → completed p50 against FastMCP's."""
+TARGET_POLLS_P50: Final = 7
+"""`tasks/get` per task, p50, with 32 clients polling every 10 ms."""
+MAX_SPREAD: Final = 0.2
+"""Largest spread of a throughput phase's rounds, (max - min) / median, for a run that can pass."""
+NOT_WORSE_TOLERANCE: Final = 0.05
+"""How much worse than the baseline a figure may be and still be "not worse": 5%, about the median's own
+run-to-run wander on a quiet machine (a real regression of the kind issue 31 found is 2x)."""
+MIN_ROUNDS: Final = 3
 
 
 # ---------------------------------------------------------------- FastMCP's own environment
@@ -184,14 +211,23 @@ async def get_throughput(session: aiohttp.ClientSession, url: str, duration_s: f
     return await _for(duration_s, CLIENTS, one)
 
 
-async def completed_throughput(session: aiohttp.ClientSession, url: str, duration_s: float) -> float:
-    """Tasks completed per second with `CLIENTS` clients, each polling its task every 10 ms."""
+async def completed_throughput(
+    session: aiohttp.ClientSession, url: str, duration_s: float, polls: list[float] | None = None
+) -> float:
+    """Tasks completed per second with `CLIENTS` clients, each polling its task every 10 ms.
+
+    `polls`, if given, receives the number of `tasks/get` each completed task took (the last one included).
+    """
 
     async def one(number: int) -> int:
         task_id = await create(session, url, number)
+        count = 0
         while True:
             await asyncio.sleep(POLL_S)
+            count += 1
             if _done(await get(session, url, task_id, number), number):
+                if polls is not None:
+                    polls.append(count)
                 return 1
 
     rate = await _for(duration_s, CLIENTS, one)
@@ -199,9 +235,50 @@ async def completed_throughput(session: aiohttp.ClientSession, url: str, duratio
     return rate
 
 
+async def sync_call(session: aiohttp.ClientSession, url: str, number: int) -> None:
+    """One plain `tools/call` of the warm tool (no tasks extension); its answer checked."""
+    result = await _post(session, url, warm.call_body(number, tasks=False), wire.headers("tools/call", TOOL))
+    text = (result.get("content") or [{}])[0].get("text")
+    if result.get("resultType", "complete") != "complete" or text != f"echo r{number}":
+        raise Checked(f"{url}: unexpected synchronous answer {result}")
+
+
+async def sync_latencies(session: aiohttp.ClientSession, url: str, count: int) -> list[float]:
+    """`count` sequential synchronous calls, ms each."""
+    samples = []
+    for number in range(count):
+        started = time.perf_counter()
+        await sync_call(session, url, number)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def sync_throughput(session: aiohttp.ClientSession, url: str, duration_s: float) -> float:
+    """Synchronous calls per second, `CLIENTS` concurrent clients."""
+
+    async def one(number: int) -> int:
+        await sync_call(session, url, number)
+        return 1
+
+    return await _for(duration_s, CLIENTS, one)
+
+
 # ---------------------------------------------------------------- phases and report
 
-PHASES: Final = ("create_p50", "get_rps", "task_p50", "create_idle_p50", "completed_rps")
+PHASES: Final = (
+    "create_p50",
+    "get_rps",
+    "task_p50",
+    "create_idle_p50",
+    "completed_rps",
+    "polls",
+    "sync_p50",
+    "sync_rps",
+)
+THROUGHPUTS: Final = ("get_rps", "completed_rps", "sync_rps")
+OURS: Final = "mcp-tasks"
+BASELINE: Final = "mcp-tasks@baseline"
+FASTMCP: Final = "fastmcp"
 
 
 async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
@@ -209,9 +286,11 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, d
     found: dict[str, dict[str, list[float]]] = {name: {phase: [] for phase in PHASES} for name in urls}
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     async with aiohttp.ClientSession(connector=connector) as session:
-        for url in urls.values():
+        for name, url in urls.items():
             await task_latencies(session, url, 50)
             await completed_throughput(session, url, 1.0)
+            if name != FASTMCP:
+                await sync_latencies(session, url, 50)
         for number in range(args.rounds):
             order = list(urls.items()) if number % 2 == 0 else list(reversed(urls.items()))
             for name, url in order:
@@ -219,80 +298,149 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, d
                 found[name]["get_rps"].append(await get_throughput(session, url, args.seconds))
                 idle = found[name]["create_idle_p50"]
                 found[name]["task_p50"] += await task_latencies(session, url, args.tasks, idle)
-                found[name]["completed_rps"].append(await completed_throughput(session, url, args.seconds))
+                polls = found[name]["polls"]
+                found[name]["completed_rps"].append(await completed_throughput(session, url, args.seconds, polls))
+                if name != FASTMCP:
+                    found[name]["sync_p50"] += await sync_latencies(session, url, args.creates)
+                    found[name]["sync_rps"].append(await sync_throughput(session, url, args.seconds))
                 print(f"round {number + 1} {name}: done", file=sys.stderr, flush=True)
     return found
 
 
 def figures(samples: dict[str, list[float]]) -> dict[str, float]:
-    """Medians: latency phases pooled (p50), throughput phases by round."""
-    return {
-        "create_p50": percentile(samples["create_p50"], 0.5),
-        "get_rps": statistics.median(samples["get_rps"]),
-        "task_p50": percentile(samples["task_p50"], 0.5),
-        "create_idle_p50": percentile(samples["create_idle_p50"], 0.5),
-        "completed_rps": statistics.median(samples["completed_rps"]),
-    }
+    """Medians: latency phases pooled (p50), throughput phases by round (phases not measured: NaN)."""
+    found: dict[str, float] = {}
+    for phase, values in samples.items():
+        if not values:
+            found[phase] = math.nan
+        elif phase in THROUGHPUTS:
+            found[phase] = statistics.median(values)
+        else:
+            found[phase] = percentile(values, 0.5)
+    return found
 
 
-def report(found: dict[str, dict[str, list[float]]]) -> tuple[str, bool]:
-    """The table (each of ours, FastMCP, ratio of the current tree to FastMCP, target, verdict) and whether
-    every target was met. A baseline tree (`--baseline`), if measured, gets a column before ours.
-    """
-    names = [name for name in found if name != "fastmcp"]  # baseline first (if any), then the current tree
+def spread(rounds: list[float]) -> float:
+    """(max - min) / median of a throughput phase's rounds; 0 for fewer than two rounds."""
+    if len(rounds) < 2:
+        return 0.0
+    return (max(rounds) - min(rounds)) / statistics.median(rounds)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One pass/fail line of the report."""
+
+    what: str
+    figure: str
+    ok: bool
+
+
+def targets(found: dict[str, dict[str, list[float]]]) -> list[Target]:
+    """The targets of issue 31 on this run's figures (the baseline ones only if a baseline was measured)."""
     figs = {name: figures(samples) for name, samples in found.items()}
-    ours, theirs = figs["mcp-tasks"], figs["fastmcp"]
-    completed_x = ours["completed_rps"] / theirs["completed_rps"]
-    task_x = ours["task_p50"] / theirs["task_p50"]
+    ours, theirs = figs[OURS], figs[FASTMCP]
+    completed = found[OURS]["completed_rps"]
+    lowest = min(completed)
+    lines = [
+        Target(
+            f"completed tasks/s ≥ {TARGET_COMPLETED_X:g}x FastMCP's median",
+            f"{ours['completed_rps']:.0f}/s vs {theirs['completed_rps']:.0f}/s = "
+            f"{ours['completed_rps'] / theirs['completed_rps']:.2f}x",
+            ours["completed_rps"] >= TARGET_COMPLETED_X * theirs["completed_rps"],
+        ),
+        Target(
+            f"no round of completed tasks/s below {TARGET_ROUND_X:g}x our median",
+            f"lowest {lowest:.0f}/s = {lowest / ours['completed_rps']:.2f}x of {ours['completed_rps']:.0f}/s",
+            lowest >= TARGET_ROUND_X * ours["completed_rps"],
+        ),
+        Target(
+            "create → completed p50 ≤ FastMCP's",
+            f"{ours['task_p50']:.2f} ms vs {theirs['task_p50']:.2f} ms",
+            ours["task_p50"] <= TARGET_TASK_P50_X * theirs["task_p50"],
+        ),
+        Target(
+            f"polls per task p50 ≤ {TARGET_POLLS_P50}",
+            f"{ours['polls']:.0f} (p90 {percentile(found[OURS]['polls'], 0.9):.0f})",
+            ours["polls"] <= TARGET_POLLS_P50,
+        ),
+    ]
+    if BASELINE in figs:
+        base = figs[BASELINE]
+        worse, better = 1 + NOT_WORSE_TOLERANCE, 1 - NOT_WORSE_TOLERANCE
+        lines += [
+            Target(
+                f"warm sync p50 not worse than the baseline (≤ {worse:g}x)",
+                f"{ours['sync_p50']:.2f} ms vs {base['sync_p50']:.2f} ms = {ours['sync_p50'] / base['sync_p50']:.2f}x",
+                ours["sync_p50"] <= worse * base["sync_p50"],
+            ),
+            Target(
+                f"warm sync throughput not worse than the baseline (≥ {better:g}x)",
+                f"{ours['sync_rps']:.0f}/s vs {base['sync_rps']:.0f}/s = {ours['sync_rps'] / base['sync_rps']:.2f}x",
+                ours["sync_rps"] >= better * base["sync_rps"],
+            ),
+            Target(
+                f"completed tasks/s not worse than the baseline (≥ {better:g}x)",
+                f"{ours['completed_rps']:.0f}/s vs {base['completed_rps']:.0f}/s = "
+                f"{ours['completed_rps'] / base['completed_rps']:.2f}x",
+                ours["completed_rps"] >= better * base["completed_rps"],
+            ),
+        ]
+    return lines
 
-    def cells(phase: str, show: Callable[[str], str]) -> list[str]:
-        return [show(name) for name in [*names, "fastmcp"]]
+
+def noisy(found: dict[str, dict[str, list[float]]]) -> list[str]:
+    """One line per throughput phase of any server whose rounds spread more than `MAX_SPREAD`."""
+    lines = []
+    for name, samples in found.items():
+        for phase in THROUGHPUTS:
+            rounds = samples[phase]
+            if rounds and spread(rounds) > MAX_SPREAD:
+                shown = " / ".join(f"{value:.0f}" for value in rounds)
+                lines.append(f"{name} {phase}: rounds {shown}/s spread {spread(rounds):.0%} > {MAX_SPREAD:.0%}")
+    return lines
+
+
+def report(found: dict[str, dict[str, list[float]]]) -> str:
+    """The table: each server's figures (median and range for throughputs, p50 and p99 for latencies)."""
+    names = [name for name in (BASELINE, OURS, FASTMCP) if name in found]
+    figs = {name: figures(samples) for name, samples in found.items()}
 
     def rounds(name: str, phase: str) -> str:
-        return f"{figs[name][phase]:.0f}/s (" + " / ".join(f"{v:.0f}" for v in found[name][phase]) + ")"
+        values = found[name][phase]
+        if not values:
+            return "—"
+        return f"{figs[name][phase]:.0f}/s ({min(values):.0f} to {max(values):.0f}, spread {spread(values):.0%})"
 
     def p50_p99(name: str, phase: str) -> str:
+        if not found[name][phase]:
+            return "—"
         return f"{figs[name][phase]:.2f} ms (p99 {percentile(found[name][phase], 0.99):.2f})"
 
-    rows = [
-        [
-            "create p50 (1 client, back to back; the tasks run meanwhile)",
-            *cells("create_p50", lambda n: p50_p99(n, "create_p50")),
-            f"{ours['create_p50'] / theirs['create_p50']:.2f}x",
-            "—",
-            "—",
-        ],
-        [
-            "create p50 (1 client, no task running: the creates of the create → completed phase)",
-            *cells("create_idle_p50", lambda n: p50_p99(n, "create_idle_p50")),
-            f"{ours['create_idle_p50'] / theirs['create_idle_p50']:.2f}x",
-            "—",
-            "—",
-        ],
-        [
-            f"`tasks/get` throughput ({CLIENTS} clients)",
-            *cells("get_rps", lambda n: rounds(n, "get_rps")),
-            f"{ours['get_rps'] / theirs['get_rps']:.2f}x",
-            "—",
-            "—",
-        ],
-        [
-            "create → completed p50 (1 client, back-to-back polls)",
-            *cells("task_p50", lambda n: p50_p99(n, "task_p50")),
-            f"{task_x:.2f}x",
-            f"≤ {TARGET_TASK_P50_X:g}x",
-            run.verdict(task_x <= TARGET_TASK_P50_X),
-        ],
-        [
-            f"completed tasks/s ({CLIENTS} clients polling every {POLL_S * 1000:g} ms)",
-            *cells("completed_rps", lambda n: rounds(n, "completed_rps")),
-            f"{completed_x:.2f}x",
-            f"≥ {TARGET_COMPLETED_X:g}x",
-            run.verdict(completed_x >= TARGET_COMPLETED_X),
-        ],
+    def polls(name: str, phase: str) -> str:
+        values = found[name][phase]
+        return f"{figs[name][phase]:.0f} (p90 {percentile(values, 0.9):.0f}, max {max(values):.0f})"
+
+    def ratio(phase: str, other: str) -> str:
+        value = figs[OURS][phase] / figs[other][phase] if other in figs else math.nan
+        return "—" if math.isnan(value) else f"{value:.2f}x"
+
+    measures: list[tuple[str, str, Callable[[str, str], str]]] = [
+        ("create p50 (1 client, back to back; the tasks run meanwhile)", "create_p50", p50_p99),
+        ("create p50 (1 client, no task running)", "create_idle_p50", p50_p99),
+        (f"`tasks/get` throughput ({CLIENTS} clients)", "get_rps", rounds),
+        ("create → completed p50 (1 client, back-to-back polls)", "task_p50", p50_p99),
+        (f"completed tasks/s ({CLIENTS} clients polling every {POLL_S * 1000:g} ms)", "completed_rps", rounds),
+        ("`tasks/get` per completed task, p50 (same phase)", "polls", polls),
+        ("warm sync `tools/call` p50 (1 client)", "sync_p50", p50_p99),
+        (f"warm sync `tools/call` throughput ({CLIENTS} clients)", "sync_rps", rounds),
     ]
-    header = ["Measure", *names, "FastMCP", "ratio (mcp-tasks / FastMCP)", "target", "verdict"]
-    return run.markdown_table(header, rows), completed_x >= TARGET_COMPLETED_X and task_x <= TARGET_TASK_P50_X
+    rows = [
+        [title, *(show(name, phase) for name in names), ratio(phase, FASTMCP), ratio(phase, BASELINE)]
+        for title, phase, show in measures
+    ]
+    header = ["Measure", *names, "ours / FastMCP", "ours / baseline"]
+    return run.markdown_table(header, rows)
 
 
 def _start_ours(name: str, tree: Path, tmp: Path, cpus: set[int] | None, profile: Path | None) -> run.Server:
@@ -328,11 +476,11 @@ def servers(
     started: list[run.Server] = []
     try:
         if baseline is not None:
-            started.append(_start_ours("mcp-tasks@baseline", baseline, tmp, cpus, None))
-        started.append(_start_ours("mcp-tasks", tree, tmp, cpus, profile))
+            started.append(_start_ours(BASELINE, baseline, tmp, cpus, None))
+        started.append(_start_ours(OURS, tree, tmp, cpus, profile))
         env = {key: value for key, value in os.environ.items() if not key.startswith(("FASTMCP_", "MCPTASKS_"))}
         fm_argv = [str(fastmcp_python), str(run.BENCH_DIR / "fastmcp_server.py")]
-        started.append(run.start_server("fastmcp", fm_argv, env, cpus, tmp))
+        started.append(run.start_server(FASTMCP, fm_argv, env, cpus, tmp))
         yield {server.name: server.url for server in started}
     finally:
         for server in started:
@@ -352,7 +500,7 @@ def profile_phases(args: argparse.Namespace, tmp: Path, fastmcp_python: Path, cp
         stats_file = tmp / f"{name}.prof"
         with servers(tmp, fastmcp_python, cpus, stats_file) as urls:
 
-            async def drive(url: str = urls["mcp-tasks"], phase: Any = phase) -> None:
+            async def drive(url: str = urls[OURS], phase: Any = phase) -> None:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CLIENTS)) as session:
                     await task_latencies(session, url, 20)
                     await phase(session, url)
@@ -366,17 +514,54 @@ def profile_phases(args: argparse.Namespace, tmp: Path, fastmcp_python: Path, cp
         print(f"wrote {out}")
 
 
+def default_baseline() -> str | None:
+    """The last release tag reachable from HEAD (`v*`), else `origin/main`, else `None`."""
+
+    def git(*argv: str) -> str | None:
+        done = subprocess.run(["git", *argv], cwd=run.REPO, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+    return git("describe", "--tags", "--abbrev=0", "--match", "v*") or git(
+        "rev-parse", "--verify", "--quiet", "origin/main"
+    )
+
+
+def baseline_tree(rev: str, tmp: Path) -> tuple[Path, str]:
+    """`rev` as a source tree: an existing folder as it is, else the commit unpacked from `git archive`.
+
+    Returns the folder and a label (the folder, or the commit's short hash and its subject).
+
+    Raises:
+        SystemExit: `rev` is neither a folder nor a commit of this repository.
+    """
+    folder = Path(rev)
+    if folder.is_dir():
+        return folder, str(folder)
+    found = subprocess.run(
+        ["git", "log", "-1", "--format=%h %s", rev, "--"], cwd=run.REPO, capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"--baseline {rev}: neither a folder nor a commit of {run.REPO}")
+    tree = tmp / "baseline-tree"
+    tree.mkdir()
+    archive = subprocess.Popen(["git", "archive", rev], cwd=run.REPO, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(tree)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise SystemExit(f"git archive {rev} failed")
+    return tree, found.stdout.strip()[:100]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.versus_fastmcp", description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--creates", type=int, default=500, help="sequential creates per server per round")
+    parser.add_argument("--rounds", type=int, default=3, help=f"interleaved rounds (at least {MIN_ROUNDS})")
+    parser.add_argument("--creates", type=int, default=500, help="sequential creates (and sync calls) per round")
     parser.add_argument("--tasks", type=int, default=200, help="create → completed samples per server per round")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each throughput phase")
-    parser.add_argument("--quick", action="store_true", help="1 short round (a smoke test)")
+    parser.add_argument("--quick", action="store_true", help="1 short round (a smoke test; cannot pass)")
     parser.add_argument(
         "--baseline",
-        type=Path,
-        help="also measure the server of this source tree (e.g. `git archive <commit>` unpacked), for before/after",
+        help="the commit (or an unpacked source tree) to A/B against; default: the last release tag (v*), "
+        "else origin/main; `none` to skip the A/B",
     )
     parser.add_argument(
         "--tree", type=Path, default=run.REPO, help="the source tree whose server is measured (default: this one)"
@@ -389,29 +574,55 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.creates, args.tasks, args.seconds = 1, 100, 50, 2.0
+    elif args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds must be at least {MIN_ROUNDS} (a median and a range need them)")
     fastmcp_python = ensure_fastmcp()
     allowed = sorted(os.sched_getaffinity(0))
     server_cpus = {allowed[0]} if len(allowed) > 1 else None
     if len(allowed) > 1:
         os.sched_setaffinity(0, {allowed[1]})
+    rev = args.baseline if args.baseline is not None else default_baseline()
     with tempfile.TemporaryDirectory(prefix="bench-versus-") as folder:
         tmp = Path(folder)
         if args.profile:
             profile_phases(args, tmp, fastmcp_python, server_cpus)
             return
+        baseline, label = (None, "") if rev in {None, "none"} else baseline_tree(rev, tmp)
         try:
-            with servers(tmp, fastmcp_python, server_cpus, baseline=args.baseline, tree=args.tree) as urls:
+            with servers(tmp, fastmcp_python, server_cpus, baseline=baseline, tree=args.tree) as urls:
                 found = asyncio.run(measure(urls, args))
         except Checked as exc:
             print(f"INVALID RUN: {exc}", file=sys.stderr)
             sys.exit(1)
-    table, met = report(found)
-    print(f"fastmcp {FASTMCP_VERSION} + fastmcp-tasks {FASTMCP_TASKS_VERSION} ({FASTMCP_VENV}); {args.rounds} rounds")
-    print(table)
+    table = report(found)
+    lines = targets(found)
+    noise = noisy(found)
+    head = f"fastmcp {FASTMCP_VERSION} + fastmcp-tasks {FASTMCP_TASKS_VERSION} ({FASTMCP_VENV}); {args.rounds} rounds"
+    if baseline is not None:
+        head += f"; baseline {rev}: {label}"
+    load = os.getloadavg()
+    head += f"; load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}"
+    out = [head, "", table, ""]
+    out += [f"{'PASS' if line.ok else 'FAIL'}  {line.what}: {line.figure}" for line in lines]
+    if rev is None:
+        out.append("NO A/B: no release tag (v*) and no origin/main to compare with; pass --baseline REV")
+    elif rev == "none":
+        out.append("NO A/B: --baseline none")
+    if noise:
+        out += ["", "NOISY RUN: these rounds spread too far for any verdict to stand; rerun on a quieter machine:"]
+        out += [f"  {line}" for line in noise]
+    if args.quick:
+        out.append("QUICK RUN: 1 short round, a smoke test; it cannot pass")
+    failed = [line for line in lines if not line.ok]
+    passed = not failed and not noise and not args.quick and rev not in {None, "none"}
+    verdict = "PASS" if passed else "NOISY" if noise and not failed else "FAIL" if failed else "INCOMPLETE"
+    out += ["", f"RESULT: {verdict}"]
+    text = "\n".join(out)
+    print(text)
     run.RESULTS_DIR.mkdir(exist_ok=True)
-    (run.RESULTS_DIR / "versus-fastmcp.md").write_text(table + "\n")
-    if not met:
-        print("(a MISS is reported, not fatal)", file=sys.stderr)
+    (run.RESULTS_DIR / "versus-fastmcp.md").write_text(text + "\n")
+    if verdict != "PASS":
+        sys.exit(1)
 
 
 if __name__ == "__main__":
