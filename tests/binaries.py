@@ -122,7 +122,7 @@ PROGRAMS: Final[dict[str, Program]] = {
             "MCPTASKS_HELM",
             False,
             ("version", "--short"),
-            re.compile(r"v(\d+)\.(\d+)\.(\d+)"),
+            re.compile(r"v(\d+)\.(\d+)(?:\.(\d+))?"),  # `v3.22` from a `go build` without Helm's ldflags
             _major(3, (18,)),
             "Helm 3.18 or a later 3.x (the build makes 3.22.0)",
             _CONTROL_PLANE_BUILD,
@@ -204,7 +204,7 @@ def _check(program: Program, binary: Path) -> str | None:
     found = program.pattern.search(output)
     if found is None:
         return f"{binary} reports no version the tests can read ({output[:200]!r}); needs {program.needed}"
-    version = tuple(int(part) for part in found.groups())
+    version = tuple(int(part) for part in found.groups() if part is not None)
     if not program.accepts(version):
         shown = ".".join(map(str, version))
         return f"{binary} is version {shown}; the tests need {program.needed}"

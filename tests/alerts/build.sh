@@ -14,11 +14,12 @@
 # Prometheus 3.x publishes its Go module as v0.3xx.y (v0.316.0 is Prometheus 3.16.0).
 #
 # Why a build and not Debian's `prometheus` package (checked 2026-12-07, `apt-cache policy prometheus`): Debian 12
-# ships Prometheus 2.42.0 (2023). Its `promtool test rules` runs our rule tests, but it evaluates them as
+# ships Prometheus 2.42.0 (2023). Its `promtool test rules` runs the McpTasksFailing test of
+# tests/kube/test_alerts.py (checked: it passes, and fails on a "0%" summary), but it evaluates rules as
 # Prometheus 2 does, and Prometheus 3 changed what the alerts read: range selectors are left-open (a
 # `rate(...[15m])` at a step boundary sees one sample fewer), so a rule that passes on 2.42 may not fire, or
 # fire later, on the Prometheus 3 that runs it in a cluster today. The package also exists only on Debian and
-# Ubuntu, and pulls in the Prometheus server. The build takes 124 s cold on 2 cores (measured 2026-12-04,
+# Ubuntu, and brings the Prometheus server with it. The build takes 124 s cold on 2 cores (measured 2026-12-04,
 # `-tags remove_all_sd`); tests/binaries.py refuses a promtool older than 3.0 wherever it comes from.
 set -euo pipefail
 

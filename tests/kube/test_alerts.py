@@ -114,6 +114,53 @@ def test_the_failing_alert_summary_names_its_threshold_in_percent(control_plane:
         assert f"fails more than {shown} of its tasks" in failing["annotations"]["summary"], failing["annotations"]
 
 
+def finished_total(tool: str, status: str, per_minute: int) -> dict[str, str]:
+    """A promtool input series of `mcptasks_tasks_finished_total` for `tool` and `status`, rising `per_minute` a
+    minute for an hour (the rule's `rate(...[15m])` sees that rate after the first minute)."""
+    labels = f'namespace="{RELEASE_NAMESPACE}", status="{status}", tool="{tool}"'
+    return {"series": f"mcptasks_tasks_finished_total{{{labels}}}", "values": f"0+{per_minute}x60"}
+
+
+def test_the_failing_alert_summary_prometheus_renders_shows_the_threshold_in_percent(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Issue 31 item 6: the summary as Prometheus renders it when `McpTasksFailing` fires, compared whole by
+    promtool's `exp_annotations`: the threshold in percent ("10%" for `failureRatio` 0.1; `mul` on the fraction
+    rendered "0%"), the tool's name from the series. A tool failing 20% of its tasks fires after `for: 15m`, one
+    failing 5% never does."""
+    promtool = promtool_or_skip()
+    for ratio, shown in (("0.1", "10%"), ("0.125", "12.5%")):
+        groups = alert_groups(control_plane, "--set-json", f"metrics.prometheusRule.failureRatio={ratio}")
+        rule = next(rule for group in groups for rule in group["rules"] if rule.get("alert") == "McpTasksFailing")
+        fired = {
+            "exp_labels": {"severity": "warning", "tool": "flaky"},
+            "exp_annotations": {
+                "summary": f"Tool flaky fails more than {shown} of its tasks",
+                "description": rule["annotations"]["description"],
+            },
+        }
+        series = [
+            finished_total("flaky", "failed", 2),
+            finished_total("flaky", "completed", 8),
+            finished_total("steady", "failed", 1),
+            finished_total("steady", "completed", 19),
+        ]
+        tests = [
+            {
+                "name": f"failureRatio {ratio}",
+                "interval": "60s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": "McpTasksFailing", "exp_alerts": []},  # pending, not firing
+                    {"eval_time": "40m", "alertname": "McpTasksFailing", "exp_alerts": [fired]},
+                ],
+            }
+        ]
+        folder = tmp_path / ratio
+        folder.mkdir()
+        run_rule_tests(promtool, groups, tests, folder)
+
+
 async def test_the_operator_not_reconciling_alert_fires_only_when_no_replica_reconciles(
     operators: Operators,
     http_session: aiohttp.ClientSession,
