@@ -8,7 +8,7 @@
 # Environment:
 #   MCPTASKS_HYDRA_DIR  where the binary goes (default ~/.cache/mcp-tasks/hydra/<version>-<go.sum hash>)
 # (MCPTASKS_HYDRA, the path of a hydra a user already has, is read by the tests, tests/binaries.py, and by
-# `make controlplane`, which then skips this script.)
+# `make identity`, which then skips this script.)
 #
 # hydra keeps its in-memory database in SQLite, so this build needs cgo (a C compiler) and the
 # sqlite build tags hydra's own Makefile uses.
