@@ -19,12 +19,11 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from mcp_tasks.gateway import dispatch, legacy, listen, responses, server, transport
+from mcp_tasks.gateway import dispatch, listen, responses, server, transport
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.context import Services
 from mcp_tasks.gateway.identity import gate as identity_gate
 from mcp_tasks.observability import metrics
-from mcp_tasks.protocol import constants
 
 MCP_PATH = "/mcp"
 
@@ -44,16 +43,8 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "not ready", "reason": reason}, status=503)
 
 
-_METERED_METHODS: Final = frozenset(
-    {
-        *dispatch.METHODS,
-        *legacy.LEGACY_METHODS,
-        constants.METHOD_SUBSCRIPTIONS_LISTEN,
-        constants.NOTIFICATION_INITIALIZED,
-        constants.NOTIFICATION_CANCELLED,
-        responses.METHOD_LABEL_RESPONSE,
-    }
-)
+_METERED_METHODS: Final = frozenset({*dispatch.METHODS, responses.METHOD_LABEL_RESPONSE})
+"""The `method` label's values: what some era serves, and a client's response to an input request."""
 
 
 @web.middleware

@@ -6,6 +6,7 @@ import base64
 
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.protocol.params import ReadResourceParams
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.results import parse_artifact_uri
 
@@ -14,11 +15,9 @@ def _not_found(uri: str) -> InvalidParams:
     return InvalidParams("Resource not found", {"uri": uri})
 
 
-async def read_resource(ctx: RequestContext) -> JsonObject:
+async def read_resource(ctx: RequestContext, params: ReadResourceParams) -> JsonObject:
     """Serve `mcptasks://artifacts/<taskId>/<name>` to the owner of that task; anything else is -32602 (SEP-2164)."""
-    uri = ctx.params.get("uri")
-    if not isinstance(uri, str) or not uri:
-        raise InvalidParams("Invalid params: params.uri is required")
+    uri = params.uri
     parsed = parse_artifact_uri(uri)
     if parsed is None:
         raise _not_found(uri)

@@ -1,11 +1,19 @@
-"""Per-request context handed to every method handler, and the services they share."""
+"""Per-request context handed to every method handler, and the services they share.
+
+Built once per request by `transport` after the request was authenticated and its era chosen; a handler
+gets it with its parsed params (`dispatch.Route`). There is no other way to a caller: no context
+variable, no lookup on the aiohttp request.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Final, TypeVar
+
+from aiohttp import web
 
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.legacy_sessions import LiveCalls
@@ -35,16 +43,41 @@ class Services:
     live_calls: LiveCalls = field(default_factory=LiveCalls)
 
 
+class Era(StrEnum):
+    """The protocol era a request speaks, chosen once per request at the entry (`dispatch.era_of`).
+
+    `MODERN`: MCP 2026-07-28, stateless, `_meta` on every request. `LEGACY`: 2025-11-25 and older,
+    `initialize` first, served without a session store (`legacy`).
+    """
+
+    MODERN = "2026-07-28"
+    LEGACY = "2025-11-25"
+
+
 def _never_gone() -> bool:
     return False
 
 
+def client_gone(request: web.Request) -> Callable[[], bool]:
+    """A probe that is true once the client closed the connection `request` came on."""
+
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    return gone
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One validated request: its message, `_meta` envelope, authenticated caller and headers.
+    """One validated request: its message, era, `_meta` envelope, authenticated caller and headers.
 
     `identity` is the caller `gate.authenticate` established for this request, passed explicitly to every
     handler (its `owner` owns the tasks the request creates or reads; its scopes select the tools it sees).
+    `era` is the request's protocol era; a legacy-era request has an envelope that declares nothing
+    (its capabilities were said in `initialize`, which the server does not keep). `request` is the POST
+    itself, for the handlers that answer on a stream of their own. `session` is the nonce of a legacy-era
+    request's verified `Mcp-Session-Id` (`legacy.session_of`), `None` without one and in the modern era.
 
     `client_gone()` tells whether the client has closed the connection this request came on (a
     synchronous call then stops its tool instead of running it for nobody). `progress`, set when the
@@ -52,10 +85,13 @@ class RequestContext:
     """
 
     message: Message
+    era: Era
     envelope: RequestEnvelope
     identity: Identity
     headers: Mapping[str, str]
     services: Services
+    request: web.Request
+    session: str | None = None
     client_gone: Callable[[], bool] = field(default=_never_gone)
     progress: ProgressSink | None = None
 

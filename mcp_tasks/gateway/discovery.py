@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from mcp_types import DiscoverResult, ListToolsResult, ServerCapabilities, ToolsCapability
 from mcp_types._types import ResourcesCapability
 
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.protocol.params import NoParams, PageParams, page_cursor
 
 
-async def discover(ctx: RequestContext) -> JsonObject:
+async def discover(ctx: RequestContext, params: NoParams) -> JsonObject:
     """Advertise versions, `tools`, `resources` (artifacts) and the tasks extension."""
     result = DiscoverResult(
         supported_versions=list(constants.SUPPORTED_PROTOCOL_VERSIONS),
@@ -33,51 +31,31 @@ async def discover(ctx: RequestContext) -> JsonObject:
     return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
-def _decode_cursor(cursor: object) -> int:
-    if cursor is None:
-        return 0
-    if not isinstance(cursor, str):
-        raise InvalidParams("Invalid params: cursor must be a string from a previous nextCursor")
-    try:
-        offset = int(base64.urlsafe_b64decode(cursor.encode()).decode().removeprefix("o:"))
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidParams("Invalid params: unknown cursor; start again without one") from exc
-    if offset < 0:
-        raise InvalidParams("Invalid params: unknown cursor; start again without one")
-    return offset
-
-
-def _encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
-
-
-async def list_tools(ctx: RequestContext) -> JsonObject:
+async def list_tools(ctx: RequestContext, params: PageParams) -> JsonObject:
     """One page of the tools the principal may call, in the catalog's deterministic order, with cache hints.
 
     A tool that names `requiredScopes` is listed only to principals holding them (`identity.scopes`); the
     list then varies by authorisation, so it is `cacheScope: private` (MCP 2026-07-28 `server/tools`).
     """
-    offset = _decode_cursor(ctx.params.get("cursor"))
+    offset = params.offset
     catalog = ctx.services.catalog.list_tools()
     tools = scopes.visible(catalog, ctx.identity)
     size = ctx.services.settings.list_page_size
     page = tools[offset : offset + size]
     result = ListToolsResult(
         tools=[spec.tool for spec in page],
-        next_cursor=_encode_cursor(offset + size) if offset + size < len(tools) else None,
+        next_cursor=page_cursor(offset + size) if offset + size < len(tools) else None,
         ttl_ms=ctx.services.settings.list_ttl_ms,
         cache_scope="public" if scopes.shared(catalog) else "private",
     )
     return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
-async def list_resource_templates(ctx: RequestContext) -> JsonObject:
+async def list_resource_templates(ctx: RequestContext, params: PageParams) -> JsonObject:
     """`resources/templates/list`: artifacts have no templates; an empty list, cacheable (SEP-2549)."""
-    _decode_cursor(ctx.params.get("cursor"))
     return ctx.complete({"resourceTemplates": [], "ttlMs": ctx.services.settings.list_ttl_ms, "cacheScope": "public"})
 
 
-async def list_resources(ctx: RequestContext) -> JsonObject:
+async def list_resources(ctx: RequestContext, params: PageParams) -> JsonObject:
     """`resources/list`: artifacts are reached through the links in task results, so the list is empty."""
-    _decode_cursor(ctx.params.get("cursor"))
     return ctx.complete({"resources": [], "ttlMs": 0, "cacheScope": "private"})

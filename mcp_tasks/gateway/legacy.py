@@ -6,35 +6,38 @@ semantics. A request is legacy (`selects_legacy`) when its `params._meta` names 
 revision; everything else stays on the modern path unchanged (an `initialize` with a modern `_meta`
 is still -32601/404).
 
-Served: `initialize`, `notifications/initialized`, `ping`, `tools/list`, `tools/call`,
-`resources/list`, `resources/read`, `notifications/cancelled`, and the client's JSON-RPC responses to
-the input requests a call streamed (`accept_reply`). Nothing is kept per connection, so any replica
-answers any legacy request. `initialize` is answered with an `Mcp-Session-Id` that holds no server
-state: a random nonce signed with the gateway's key (`legacy_sessions`), which scopes the client's
-JSON-RPC ids (its calls' hidden task ids and cancels); a legacy request whose `Mcp-Session-Id` does not
-verify gets 404, so the client initializes again (2025-11-25 `transports.mdx` §Session Management). Not
-served: the 2025-11-25 experimental tasks API (`tasks/result`, `tasks/list`, a `task` request
-parameter): -32601 or ignored, as the tasks extension's migration table asks. JSON-RPC errors to legacy
-requests travel with HTTP 200 (their clients treat any other status as a transport failure); refusals
-at the door (401, 403, 404 for an unknown session, 413, ...) are unchanged.
+Served (rows of `dispatch.ROUTES` in the legacy era; the handlers that differ from the modern era's are
+here): `initialize`, `notifications/initialized`, `ping`, `tools/list`, `tools/call`, `resources/list`,
+`resources/templates/list`, `resources/read`, `notifications/cancelled`; and, before any method is
+looked up, the client's JSON-RPC responses to the input requests a call streamed (`accept_reply`).
+`transport` frames the answers: `legacy_form` results, errors with HTTP 200. Nothing is kept per
+connection, so any replica answers any legacy request. `initialize` is answered with an `Mcp-Session-Id`
+that holds no server state: a random nonce signed with the gateway's key (`legacy_sessions`), which
+scopes the client's JSON-RPC ids (its calls' hidden task ids and cancels); a legacy request whose
+`Mcp-Session-Id` does not verify gets 404, so the client initializes again (2025-11-25 `transports.mdx`
+§Session Management). Not served: the 2025-11-25 experimental tasks API (`tasks/result`, `tasks/list`, a
+`task` request parameter): -32601 or ignored, as the tasks extension's migration table asks. JSON-RPC
+errors to legacy requests travel with HTTP 200 (their clients treat any other status as a transport
+failure); refusals at the door (401, 403, 404 for an unknown session, 413, ...) are unchanged.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway import artifacts, discovery, legacy_calls, legacy_sessions, tool_calls
-from mcp_tasks.gateway.context import ClientGone, RequestContext, Services
+from mcp_tasks.gateway import discovery, legacy_calls, legacy_sessions, tool_calls
+from mcp_tasks.gateway.context import ClientGone, Era, RequestContext, Services, client_gone
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.responses import json_response
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject, MethodNotFound, ProtocolError
+from mcp_tasks.protocol.errors import InvalidParams, InvalidRequest, JsonObject
 from mcp_tasks.protocol.headers import RequestEnvelope
 from mcp_tasks.protocol.jsonrpc import Message, error_response, result_response
+from mcp_tasks.protocol.params import CallToolParams, CancelledParams, InitializeParams, NoParams, PageParams
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound
 from mcp_tasks.tasks.interfaces import InputNeeded, Writer, transact
@@ -44,19 +47,6 @@ from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import TaskPolicy
 
 logger = logging.getLogger("mcp_tasks.gateway")
-
-LEGACY_METHODS: Final = frozenset(
-    {
-        constants.METHOD_INITIALIZE,
-        constants.METHOD_PING,
-        constants.METHOD_TOOLS_LIST,
-        constants.METHOD_TOOLS_CALL,
-        "resources/list",
-        "resources/templates/list",
-        constants.METHOD_RESOURCES_READ,
-    }
-)
-"""Requests the legacy era is served; any other legacy request is -32601."""
 
 _MODERN_ONLY: Final = frozenset({constants.METHOD_DISCOVER, constants.METHOD_SUBSCRIPTIONS_LISTEN})
 """Methods that exist only in the modern era: without `_meta` they get the modern -32602 naming it."""
@@ -92,31 +82,33 @@ def is_input_reply(payload: Any) -> bool:
     )
 
 
-def _context(
-    message: Message,
-    identity: Identity,
-    headers: Mapping[str, str],
-    services: Services,
-    client_gone: Callable[[], bool],
+def context(
+    request: web.Request, message: Message, identity: Identity, services: Services, session: str | None
 ) -> RequestContext:
-    """A `RequestContext` for the modern handlers we reuse; a legacy request declares no capabilities."""
+    """The `RequestContext` of a legacy-era request; it declares no capabilities (they were said in
+    `initialize`, which is not kept). `session` is the nonce of its verified `Mcp-Session-Id`, if any.
+    """
+    headers = request.headers
     version = headers.get(constants.HEADER_PROTOCOL_VERSION, "").strip() or constants.LEGACY_DEFAULT_VERSION
     envelope = RequestEnvelope(protocol_version=version, client_capabilities={}, meta={})
-    return RequestContext(message, envelope, identity, headers, services, client_gone)
+    return RequestContext(
+        message, Era.LEGACY, envelope, identity, headers, services, request, session, client_gone(request)
+    )
 
 
-def _legacy_form(result: JsonObject) -> JsonObject:
+def legacy_form(result: JsonObject) -> JsonObject:
     """Drop the 2026-07-28-only result fields (`resultType`, cache hints) a legacy client does not know."""
     return {key: value for key, value in result.items() if key not in _MODERN_ONLY_RESULT_KEYS}
 
 
-def _initialize(ctx: RequestContext) -> JsonObject:
-    """`InitializeResult`: the requested legacy revision when served, else our newest legacy one."""
-    requested = ctx.params.get("protocolVersion")
+async def initialize(ctx: RequestContext, params: InitializeParams) -> web.Response:
+    """`initialize` → `InitializeResult` (the requested legacy revision when served, else our newest legacy
+    one) with a new `Mcp-Session-Id`: a signed nonce, no server state (`legacy_sessions`).
+    """
     served = constants.LEGACY_PROTOCOL_VERSIONS
-    version = requested if isinstance(requested, str) and requested in served else served[0]
+    version = params.protocol_version if params.protocol_version in served else served[0]
     settings = ctx.services.settings
-    return {
+    result: JsonObject = {
         "protocolVersion": version,
         "capabilities": {"tools": {}, "resources": {}},
         "serverInfo": {"name": settings.server_name, "version": settings.server_version},
@@ -125,6 +117,37 @@ def _initialize(ctx: RequestContext) -> JsonObject:
             f"Clients with MCP 2026-07-28 and the {constants.TASKS_EXTENSION} extension get durable tasks instead."
         ),
     }
+    request_id = ctx.message.request_id
+    assert request_id is not None  # a notification never reaches a request's row
+    reply = json_response(result_response(request_id, result))
+    reply.headers[constants.HEADER_SESSION_ID] = legacy_sessions.mint_session_id(
+        settings.request_state_secret, ctx.owner
+    )
+    return reply
+
+
+async def ping(ctx: RequestContext, params: NoParams) -> JsonObject:
+    """`ping` → `{}` (2025-11-25 `utilities/ping`)."""
+    return {}
+
+
+async def initialized(ctx: RequestContext, params: NoParams) -> JsonObject:
+    """`notifications/initialized`: nothing to do, no state is kept between requests."""
+    return {}
+
+
+async def cancelled(ctx: RequestContext, params: CancelledParams) -> JsonObject:
+    """`notifications/cancelled {requestId}`: cancel the caller's open call with that id in its session
+    (`legacy_calls.cancel_call`). A notification gets no answer; `transport` only logs a failure.
+    """
+    await legacy_calls.cancel_call(ctx.services, ctx.owner, params.request_id, ctx.session)
+    return {}
+
+
+async def list_tools(ctx: RequestContext, params: PageParams) -> JsonObject:
+    """`tools/list` as 2025-11-25 lists tools (`_legacy_tool`): the modern era's page, scopes and cursor."""
+    listed = await discovery.list_tools(ctx, params)
+    return {**listed, "tools": [_legacy_tool(tool) for tool in listed["tools"]]}
 
 
 class UnknownSession(Exception):
@@ -158,15 +181,16 @@ def session_not_found(request_id: object) -> web.Response:
     return json_response(error_response(rid, error), 404)
 
 
-async def _call_tool(request: web.Request, ctx: RequestContext, session: str | None) -> web.StreamResponse | JsonObject:
+async def call_tool(ctx: RequestContext, params: CallToolParams) -> web.StreamResponse | JsonObject:
     """Legacy `tools/call`: quick tools run as a synchronous call does; others as a streamed hidden task.
 
     A tool with `inputBeforeTask` runs as a hidden task too: the legacy era has no pre-creation round,
     so its tool's runtime asks those requests first, in-task, on the call's stream (`ToolContext.
     collect_input_before_task`), and a declined one ends the call without the tool starting.
     """
-    tool, arguments = tool_calls.requested_tool(ctx)
+    tool = tool_calls.requested_tool(ctx, params)
     name = tool.name
+    arguments = params.arguments
     problems = tool.argument_errors(arguments)
     if problems:
         return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))
@@ -179,65 +203,7 @@ async def _call_tool(request: web.Request, ctx: RequestContext, session: str | N
             return error_result(f"Tool {name!r} asked for input, which it may not do in a synchronous call")
         except TimeoutError:
             return error_result(f"Tool {name!r} did not finish within {tool.execution.sync_timeout_seconds:g}s")
-    return await legacy_calls.stream_call(request, ctx, tool, arguments, session)
-
-
-async def serve(
-    request: web.Request,
-    message: Message,
-    identity: Identity,
-    services: Services,
-    mapper: Callable[[Exception], ProtocolError],
-    client_gone: Callable[[], bool],
-) -> web.StreamResponse:
-    """Answer one legacy request or notification (`selects_legacy` was true).
-
-    `mapper` is the gateway's one exception → `ProtocolError` mapper. Notifications get 202; requests
-    get a JSON result or error (HTTP 200), or, for a streamed `tools/call`, an SSE stream.
-    """
-    owner = identity.owner
-    session: str | None = None
-    if message.method != constants.METHOD_INITIALIZE:  # initialize starts over, whatever it carries
-        try:
-            session = session_of(request.headers, owner, services)
-        except UnknownSession:
-            return session_not_found(message.request_id)
-    if message.is_notification:
-        if message.method == constants.NOTIFICATION_CANCELLED:
-            try:
-                await legacy_calls.cancel_call(services, owner, message.params.get("requestId"), session)
-            except Exception as exc:  # a notification gets no answer; a failed cancel is only logged
-                mapper(exc)
-        return web.Response(status=202)
-    assert message.request_id is not None
-    ctx = _context(message, identity, request.headers, services, client_gone)
-    try:
-        if message.method == constants.METHOD_INITIALIZE:
-            session_id = legacy_sessions.mint_session_id(services.settings.request_state_secret, owner)
-            reply = json_response(result_response(message.request_id, _legacy_form(_initialize(ctx))))
-            reply.headers[constants.HEADER_SESSION_ID] = session_id
-            return reply
-        if message.method == constants.METHOD_PING:
-            result: JsonObject | web.StreamResponse = {}
-        elif message.method == constants.METHOD_TOOLS_LIST:
-            listed = await discovery.list_tools(ctx)
-            result = {**listed, "tools": [_legacy_tool(tool) for tool in listed["tools"]]}
-        elif message.method == "resources/list":
-            result = await discovery.list_resources(ctx)
-        elif message.method == "resources/templates/list":
-            result = await discovery.list_resource_templates(ctx)
-        elif message.method == constants.METHOD_RESOURCES_READ:
-            result = await artifacts.read_resource(ctx)
-        elif message.method == constants.METHOD_TOOLS_CALL:
-            result = await _call_tool(request, ctx, session)
-        else:
-            raise MethodNotFound(f"Method not found: {message.method}")
-    except Exception as exc:
-        error = mapper(exc)
-        return json_response(error_response(message.request_id, error))
-    if isinstance(result, web.StreamResponse):
-        return result
-    return json_response(result_response(message.request_id, _legacy_form(result)))
+    return await legacy_calls.stream_call(ctx.request, ctx, tool, arguments, ctx.session)
 
 
 def _is_int(value: object) -> bool:

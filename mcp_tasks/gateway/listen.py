@@ -24,6 +24,7 @@ from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.jsonrpc import notification, result_response
+from mcp_tasks.protocol.params import ListenParams
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.interfaces import TaskStore
 
@@ -63,11 +64,12 @@ async def _agreed_task_ids(ctx: RequestContext, requested: object) -> list[str]:
     return agreed
 
 
-async def listen(request: web.Request, ctx: RequestContext) -> web.StreamResponse:
-    """Open the subscription stream. Validation errors are raised before the stream starts (JSON 400)."""
-    filters = ctx.params.get("notifications")
-    if not isinstance(filters, dict):
-        raise InvalidParams("Invalid params: params.notifications (the subscription filter) is required")
+async def listen(ctx: RequestContext, params: ListenParams) -> web.StreamResponse:
+    """Open the subscription stream on `ctx.request`. Validation errors are raised before the stream starts
+    (JSON 400).
+    """
+    request = ctx.request
+    filters = params.notifications
     task_ids = await _agreed_task_ids(ctx, filters.get("taskIds"))
     request_id = ctx.message.request_id
     assert request_id is not None  # notifications never reach handlers
@@ -98,8 +100,8 @@ async def listen(request: web.Request, ctx: RequestContext) -> web.StreamRespons
                     continue
                 if seen.get(task_id) != record.version:
                     seen[task_id] = record.version
-                    params = {**render_task(ctx, record), "_meta": sub_meta}
-                    await response.write(sse_frame(notification(constants.NOTIFICATION_TASKS, params)))
+                    task = {**render_task(ctx, record), "_meta": sub_meta}
+                    await response.write(sse_frame(notification(constants.NOTIFICATION_TASKS, task)))
                     last_write = clock()
                     if record.status.is_terminal:
                         task_ids.remove(task_id)

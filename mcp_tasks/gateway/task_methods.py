@@ -1,39 +1,25 @@
 """`tasks/get`, `tasks/update`, `tasks/cancel` (SEP-2663), authorized by owner.
 
-The capability gate (-32021) runs in dispatch before these, so an unknown id from a non-declaring
-client never reaches a lookup. Another owner's task, an expired task and an unknown id all answer
-the same -32602 with the same message.
+The capability gate (-32021) and the params (`TaskRequestParams`, -32602) are checked in dispatch before
+these, so an unknown id from a non-declaring client never reaches a lookup. Another owner's task, an
+expired task and an unknown id all raise the store's `TaskNotFound`, which the one mapper answers as the
+same -32602 with the same message (`transport._DOMAIN_ERRORS`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, JsonObject
+from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import GetTaskResult, TaskRequestParams, UpdateTaskRequestParams
 from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.interfaces import Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.gateway")
-
-NOT_FOUND_MESSAGE = "Failed to retrieve task: Task not found"
-P = TypeVar("P", bound=BaseModel)
-
-
-def _params(ctx: RequestContext, model: type[P]) -> P:
-    try:
-        return model.model_validate(ctx.params)
-    except ValidationError as exc:
-        field = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "params"
-        raise InvalidParams(f"Invalid params: {field} is missing or malformed") from exc
 
 
 def render_task(ctx: RequestContext, record: TaskRecord) -> JsonObject:
@@ -47,13 +33,13 @@ def render_task(ctx: RequestContext, record: TaskRecord) -> JsonObject:
     return task
 
 
-async def get_task(ctx: RequestContext) -> JsonObject:
-    """`tasks/get` → `GetTaskResult` (`resultType: "complete"`, status payload inlined)."""
-    params = _params(ctx, TaskRequestParams)
-    try:
-        record = await ctx.services.store.get(params.task_id, ctx.owner)
-    except TaskNotFound as exc:
-        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
+async def get_task(ctx: RequestContext, params: TaskRequestParams) -> JsonObject:
+    """`tasks/get` → `GetTaskResult` (`resultType: "complete"`, status payload inlined).
+
+    Raises:
+        TaskNotFound: the task is not this owner's, expired or unknown (-32602, one answer for all three).
+    """
+    record = await ctx.services.store.get(params.task_id, ctx.owner)
     task = render_task(ctx, record)
     task["resultType"] = GetTaskResult.model_fields["result_type"].default
     return ctx.complete(task)
@@ -65,25 +51,26 @@ async def _client_write(
     """Apply the client's `change` to its own task (compare-and-swap as `Writer.CLIENT`) and ack with `{}`.
 
     Raises:
-        InvalidParams: -32602, the task is not this owner's, expired or unknown (one answer for all three).
+        TaskNotFound: the task is not this owner's, expired or unknown (-32602, one answer for all three).
     """
-    try:
-        await transact(
-            ctx.services.store,
-            task_id,
-            lambda record: (change(record), None),
-            Writer.CLIENT,
-            owner=ctx.owner,
-            confirm_no_change=confirm_no_change,
-        )
-    except TaskNotFound as exc:
-        raise InvalidParams(NOT_FOUND_MESSAGE) from exc
+    await transact(
+        ctx.services.store,
+        task_id,
+        lambda record: (change(record), None),
+        Writer.CLIENT,
+        owner=ctx.owner,
+        confirm_no_change=confirm_no_change,
+    )
     return ctx.complete({})
 
 
-async def update_task(ctx: RequestContext) -> JsonObject:
-    """`tasks/update`: answered keys leave `inputRequests` before the ack; unknown keys are ignored."""
-    params = _params(ctx, UpdateTaskRequestParams)
+async def update_task(ctx: RequestContext, params: UpdateTaskRequestParams) -> JsonObject:
+    """`tasks/update`: answered keys leave `inputRequests` before the ack; unknown keys are ignored.
+
+    Raises:
+        TaskNotFound: as `tasks/get` (-32602).
+        InvalidInputResponse: an answer does not fit the request it answers (-32602 naming the key).
+    """
     now = ctx.services.clock
     return await _client_write(
         ctx,
@@ -93,8 +80,11 @@ async def update_task(ctx: RequestContext) -> JsonObject:
     )
 
 
-async def cancel_task(ctx: RequestContext) -> JsonObject:
-    """`tasks/cancel`: record the request and ack at once; a terminal task gets the same ack."""
-    params = _params(ctx, TaskRequestParams)
+async def cancel_task(ctx: RequestContext, params: TaskRequestParams) -> JsonObject:
+    """`tasks/cancel`: record the request and ack at once; a terminal task gets the same ack.
+
+    Raises:
+        TaskNotFound: as `tasks/get` (-32602).
+    """
     now = ctx.services.clock
     return await _client_write(ctx, params.task_id, lambda r: transitions.request_cancel(r, ctx.owner.subject, now()))

@@ -20,6 +20,7 @@ from mcp_tasks.gateway.context import ClientGone, RequestContext, unless_client_
 from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants, inputs, param_headers
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
+from mcp_tasks.protocol.params import CallToolParams
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
@@ -30,29 +31,22 @@ from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 logger = logging.getLogger("mcp_tasks.gateway")
 
 
-def requested_tool(ctx: RequestContext) -> tuple[ToolSpec, JsonObject]:
-    """The declared tool and the argument object a `tools/call` names (either era).
+def requested_tool(ctx: RequestContext, params: CallToolParams) -> ToolSpec:
+    """The declared tool a `tools/call` names (either era).
 
     Raises:
-        InvalidParams: `params.name` missing or unknown, or `params.arguments` not an object (-32602).
+        InvalidParams: no tool of that name is declared (-32602).
     """
-    name = ctx.params.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidParams("Invalid params: params.name (the tool name) is required")
-    arguments = ctx.params.get("arguments")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise InvalidParams("Invalid params: params.arguments must be an object")
-    tool = ctx.services.catalog.get_tool(name)
+    tool = ctx.services.catalog.get_tool(params.name)
     if tool is None:
-        raise InvalidParams(f"Invalid params: unknown tool {name!r}; call tools/list for the available tools")
-    return tool, arguments
+        raise InvalidParams(f"Invalid params: unknown tool {params.name!r}; call tools/list for the available tools")
+    return tool
 
 
-async def call_tool(ctx: RequestContext) -> JsonObject:
+async def call_tool(ctx: RequestContext, params: CallToolParams) -> JsonObject:
     """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`."""
-    tool, arguments = requested_tool(ctx)
+    tool = requested_tool(ctx, params)
+    arguments = params.arguments
     name = tool.name
 
     param_headers.check(ctx.headers, tool.header_bindings, arguments)

@@ -1,11 +1,14 @@
 """Streamable HTTP (stateless, MCP 2026-07-28, and the legacy era) on `POST /mcp`: the only place that speaks HTTP.
 
 Per POST: `Origin`/`Host` check (403) → `Authorization` sent once (-32020, 400) → authentication on
-headers (401) → body within its size, time and content coding (413/408/415/400; a client that hangs up
-mid-body is logged once at INFO) → strict UTF-8 JSON (-32700) → a client's response to one of our
-input requests? (`legacy.accept_reply`) → one JSON-RPC message (-32600; array params or lone
-surrogates in params -32602) → legacy era? (`legacy.serve`) → notification? 202 → `_meta`/headers/version
-(-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → handler. GET and DELETE get 405;
+headers (401) → the `Mcp-Name` tool's scopes (403) → body within its size, time and content coding
+(413/408/415/400; a client that hangs up mid-body is logged once at INFO) → strict UTF-8 JSON (-32700)
+→ a client's response to one of our input requests? (`legacy.accept_reply`) → one JSON-RPC message
+(-32600; array params or lone surrogates in params -32602) → the body's tool's scopes (403) → the era,
+chosen once (`dispatch.era_of`). Modern: notification? 202 → `_meta`/headers/version
+(-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) → params (-32602) → handler. Legacy:
+session (404) → notification? 202 → method → params → handler, errors with HTTP 200. The handler is
+the era's row of `dispatch.ROUTES`, given the authenticated caller in its context. GET and DELETE get 405;
 `Last-Event-ID` is ignored, and so is `Mcp-Session-Id` on 2026-07-28 requests (a legacy-era request's is
 checked by `legacy`: a signed id that scopes its JSON-RPC ids, 404 when it does not verify). One mapper
 turns every exception into an error object.
@@ -18,16 +21,18 @@ import ipaddress
 import logging
 import zlib
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from mcp_tasks.gateway import dispatch, legacy, listen, progress
+from mcp_tasks.gateway import dispatch, legacy, progress
 from mcp_tasks.gateway.auth import Authenticator
-from mcp_tasks.gateway.context import RequestContext, Services
+from mcp_tasks.gateway.context import Era, RequestContext, Services, client_gone
 from mcp_tasks.gateway.identity import gate as identity_gate
+from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.responses import METHOD_LABEL_RESPONSE, REQUEST_METHOD_KEY, json_response
+from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.observability.logs import bind_task
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import (
@@ -35,12 +40,14 @@ from mcp_tasks.protocol.errors import (
     InternalError,
     InvalidParams,
     InvalidRequest,
+    MissingRequiredClientCapability,
     ParseError,
     ProtocolError,
     ServiceUnavailable,
 )
 from mcp_tasks.protocol.headers import refuse_repeated, validate_envelope
 from mcp_tasks.protocol.jsonrpc import (
+    Message,
     RequestId,
     decode_body,
     error_response,
@@ -51,6 +58,7 @@ from mcp_tasks.protocol.jsonrpc import (
     result_response,
 )
 from mcp_tasks.tasks.errors import (
+    InputCapabilityMissing,
     InvalidInputResponse,
     StoreUnavailable,
     TaskError,
@@ -219,14 +227,26 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
     return b"".join(chunks)
 
 
+def _capability_missing(exc: TaskError) -> ProtocolError:
+    """-32021 naming the capability an input request needs (`elicitation.url` is asked for as `elicitation`)."""
+    missing = cast(InputCapabilityMissing, exc)  # `_DOMAIN_ERRORS` calls this for that class only
+    return MissingRequiredClientCapability(
+        f"Missing client capability: {missing}", {missing.capability.split(".")[0]: {}}
+    )
+
+
 _DOMAIN_ERRORS: Final[dict[type[TaskError], Callable[[TaskError], ProtocolError]]] = {
     TaskNotFound: lambda exc: InvalidParams("Failed to retrieve task: Task not found"),
     InvalidInputResponse: lambda exc: InvalidParams(f"Invalid params: {exc}"),
+    InputCapabilityMissing: _capability_missing,
     UnstorableValue: lambda exc: InvalidParams(f"Invalid params: {exc}"),
     VersionConflict: lambda exc: ServiceUnavailable("The task is being changed concurrently; retry the request"),
     StoreUnavailable: lambda exc: ServiceUnavailable(f"The task store is unavailable ({exc}); retry the request"),
 }
-"""Domain error → JSON-RPC error (CONVENTIONS.md §Errors): a foreign task is the same -32602 as a missing one."""
+"""Domain error → JSON-RPC error (CONVENTIONS.md §Errors): a foreign task is the same -32602 as a missing one.
+
+Every `TaskError` a handler can meet is here (a unit test holds the list); the others (a lease, a
+transition or a writer the gateway never attempts, a manifest read at start-up) would be a bug, -32603."""
 
 
 def map_exception(exc: Exception) -> ProtocolError:
@@ -246,44 +266,37 @@ def map_exception(exc: Exception) -> ProtocolError:
     return InternalError("Internal error")
 
 
-def client_gone(request: web.Request) -> Callable[[], bool]:
-    """A probe that is true once the client closed the connection `request` came on."""
+async def _admit(request: web.Request, services: Services) -> Identity | web.Response:
+    """The caller of `request`, judged on its headers alone, or the response that refuses it.
 
-    def gone() -> bool:
-        transport = request.transport
-        return transport is None or transport.is_closing()
-
-    return gone
-
-
-async def handle_post(request: web.Request) -> web.StreamResponse:
-    """Serve one JSON-RPC message POSTed to the MCP endpoint.
-
-    Headers are judged before a byte of the body is read (Origin/Host 403, a repeated `Authorization`
-    with different values 400/-32020, bearer token 401), so an unauthenticated client cannot hold the
-    server with a slow or large body. Every failure is a JSON response: a JSON-RPC error object with
-    the id when one could be read.
+    In order: `Origin`/`Host` (403); `Authorization` sent more than once with different values (400,
+    -32020), before any credential is judged, as a proxy could authenticate another of the values; the
+    bearer token (401 with `WWW-Authenticate`, 403 for a tenant its issuer may not vouch for, 503 when the
+    issuer is down); a `tools/call` whose `Mcp-Name` tool needs scopes the caller lacks (403). Nothing of
+    the body has been read, so an unauthenticated client cannot hold the server with a slow or large one.
     """
-    services = request.app[SERVICES_KEY]
     if not _origin_allowed(request, services):
         return _error(None, InvalidRequest("Forbidden: Origin or Host is not allowed"), 403)
-    try:  # before any credential is judged: a proxy could authenticate another of the values
+    try:
         refuse_repeated(request.headers, (constants.HEADER_AUTHORIZATION,))
     except HeaderMismatch as exc:
         response = _error(None, exc)
         response.force_close()  # the body was never read: do not reuse the connection
         return response
-    identified = await identity_gate.authenticate(request)  # OIDC, ServiceAccount or static token
-    if isinstance(identified, web.Response):
-        return identified  # 401 with WWW-Authenticate (or 503: the issuer is down)
-    owner = identified.owner
-    if request.headers.get(constants.HEADER_METHOD) == constants.METHOD_TOOLS_CALL:  # 403 before the body
-        forbidden = identity_gate.refuse_scope(request, request.headers.get(constants.HEADER_NAME))
+    identity = await identity_gate.authenticate(request)  # OIDC, ServiceAccount or static token
+    if isinstance(identity, web.Response):
+        return identity
+    if request.headers.get(constants.HEADER_METHOD) == constants.METHOD_TOOLS_CALL:
+        forbidden = identity_gate.refuse_scope(request, identity, request.headers.get(constants.HEADER_NAME))
         if forbidden is not None:
             return forbidden
-    settings = services.settings
+    return identity
+
+
+async def _receive(request: web.Request, settings: GatewaySettings) -> bytes | web.Response:
+    """The body (`_read_body`), or the response that refuses it; a refused body closes the connection."""
     try:
-        body = await _read_body(request, settings.max_body_bytes, settings.body_read_timeout_s)
+        return await _read_body(request, settings.max_body_bytes, settings.body_read_timeout_s)
     except BodyRefused as refused:
         response = _error(None, refused.error, refused.status)
         response.force_close()  # do not keep reading a refused body on a kept-alive connection
@@ -296,8 +309,42 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
         response = _error(None, InvalidRequest("Request body incomplete: the client closed the connection"), 400)
         response.force_close()
         return response
+
+
+def _refusal(request_id: RequestId | None, error: ProtocolError) -> web.Response:
+    """A JSON-RPC error as the modern era answers it: its own HTTP status, `Retry-After` on a 503."""
+    response = _error(request_id, error)
+    if isinstance(error, ServiceUnavailable):
+        response.headers["Retry-After"] = str(error.retry_after_s)
+    return response
+
+
+async def handle_post(request: web.Request) -> web.StreamResponse:
+    """Serve one JSON-RPC message POSTed to the MCP endpoint.
+
+    The caller is admitted on the headers (`_admit`), the body read within its limits (`_receive`), then
+    the message is answered in its era (`_answer`). Every failure is a JSON response: a JSON-RPC error
+    object with the id when one could be read.
+    """
+    services = request.app[SERVICES_KEY]
+    identity = await _admit(request, services)
+    if isinstance(identity, web.Response):
+        return identity
+    body = await _receive(request, services.settings)
+    if isinstance(body, web.Response):
+        return body
+    return await _answer(request, body, identity, services)
+
+
+async def _answer(request: web.Request, body: bytes, identity: Identity, services: Services) -> web.StreamResponse:
+    """Parse `body` and answer it: a client's response to one of our input requests, or a message of its era.
+
+    Strict UTF-8 JSON (-32700); a legacy client's reply to an input request goes to `legacy.accept_reply`;
+    else one JSON-RPC message (-32600; array params or lone surrogates in params -32602); a `tools/call`
+    of a tool whose scopes the caller lacks is 403 (a legacy client sends no `Mcp-Name`); then the era
+    is chosen, once, and the message served in it.
+    """
     request_id: RequestId | None = None
-    stream: progress.ProgressStream | None = None
     try:
         payload = decode_body(body)
         if legacy.is_input_reply(payload):
@@ -305,53 +352,98 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
             where = lone_surrogate_path(payload) if may_escape_surrogates(body) else None
             if where is not None:  # as parse_message refuses them in a request: nothing could store it
                 raise InvalidParams(f"Invalid params: {where} holds a lone UTF-16 surrogate escape (\\ud800-\\udfff)")
-            return await legacy.accept_reply(payload, owner, services, request.headers)
+            return await legacy.accept_reply(payload, identity.owner, services, request.headers)
         request_id = peek_request_id(payload)
         message = parse_message(payload, may_hold_surrogates=may_escape_surrogates(body))
         request[REQUEST_METHOD_KEY] = message.method
         if message.method == constants.METHOD_TOOLS_CALL:  # both eras; a legacy client sends no Mcp-Name
-            forbidden = identity_gate.refuse_scope(request, message.params.get("name"), request_id)
+            forbidden = identity_gate.refuse_scope(request, identity, message.params.get("name"), request_id)
             if forbidden is not None:
                 return forbidden
-        if legacy.selects_legacy(request.headers, message):
-            return await legacy.serve(request, message, identified, services, map_exception, client_gone(request))
-        if message.is_notification:
-            return web.Response(status=202)
+    except Exception as exc:  # the one top-level mapper
+        return _refusal(request_id, map_exception(exc))
+    if dispatch.era_of(request.headers, message) is Era.LEGACY:
+        return await _serve_legacy(request, message, identity, services)
+    return await _serve_modern(request, message, identity, services)
+
+
+async def _serve_modern(
+    request: web.Request, message: Message, identity: Identity, services: Services
+) -> web.StreamResponse:
+    """A 2026-07-28 message: a notification is accepted (202, no modern notification has a row); a request
+    gets `_meta`/headers/version (-32602/-32020/-32022) → method (-32601/404) → tasks gate (-32021) →
+    params (-32602) → handler. Errors carry their own HTTP status; a `tools/call` with a `progressToken`
+    may answer on an SSE stream (`progress`), and an error after the stream opened ends it.
+    """
+    request_id = message.request_id
+    if request_id is None:
+        return web.Response(status=202)
+    stream: progress.ProgressStream | None = None
+    try:
         envelope = validate_envelope(
-            request.headers, message, accept_missing_task_name=settings.accept_missing_name_header
+            request.headers, message, accept_missing_task_name=services.settings.accept_missing_name_header
         )
-        token = progress.progress_token(message.params) if message.method == constants.METHOD_TOOLS_CALL else None
+        found = dispatch.route(Era.MODERN, message.method)
+        token = progress.progress_token(message.params) if found.reports_progress else None
         stream = None if token is None else progress.ProgressStream(request, token)
         ctx = RequestContext(
             message,
+            Era.MODERN,
             envelope,
-            identified,
+            identity,
             request.headers,
             services,
-            client_gone(request),
-            None if stream is None else stream.report,
+            request,
+            client_gone=client_gone(request),
+            progress=None if stream is None else stream.report,
         )
         task_id = message.params.get("taskId")
         if message.method in constants.TASK_METHODS and isinstance(task_id, str):
             bind_task(task_id[:64])  # this request's log lines are about that task
-        if message.method == constants.METHOD_SUBSCRIPTIONS_LISTEN:
-            return await listen.listen(request, ctx)
-        found = dispatch.route(message.method)
-        dispatch.gate(found, ctx)
-        result = await found.handler(ctx)
+        answer = await found.serve(ctx)
     except Exception as exc:  # the one top-level mapper
         error = map_exception(exc)
         if stream is not None and stream.started:  # HTTP 200 is sent: the error ends the stream
             return await stream.respond(error_response(request_id, error))
-        response = _error(request_id, error)
-        if isinstance(error, ServiceUnavailable):
-            response.headers["Retry-After"] = str(error.retry_after_s)
-        return response
-    if request_id is None:  # notifications returned above; parse_message guarantees an id otherwise
-        raise AssertionError("a request without an id reached the result path")
+        return _refusal(request_id, error)
+    if isinstance(answer, web.StreamResponse):
+        return answer
     if stream is not None:
-        return await stream.respond(result_response(request_id, result))
-    return json_response(result_response(request_id, result))
+        return await stream.respond(result_response(request_id, answer))
+    return json_response(result_response(request_id, answer))
+
+
+async def _serve_legacy(
+    request: web.Request, message: Message, identity: Identity, services: Services
+) -> web.StreamResponse:
+    """A legacy-era message (`legacy`): its `Mcp-Session-Id` must verify (404), except on `initialize`,
+    which starts over; a notification runs its row, if any, and gets 202 (a failure is only logged); a
+    request gets its result in `legacy_form`, or its error with HTTP 200 (a legacy client treats any
+    other status as a transport failure), or the handler's own response (a streamed call, `initialize`).
+    """
+    session: str | None = None
+    if message.method != constants.METHOD_INITIALIZE:  # initialize starts over, whatever it carries
+        try:
+            session = legacy.session_of(request.headers, identity.owner, services)
+        except legacy.UnknownSession:
+            return legacy.session_not_found(message.request_id)
+    ctx = legacy.context(request, message, identity, services, session)
+    request_id = message.request_id
+    if request_id is None:
+        found = dispatch.notification(Era.LEGACY, message.method)
+        if found is not None:
+            try:
+                await found.serve(ctx)
+            except Exception as exc:  # a notification gets no answer; a failure is only logged
+                map_exception(exc)
+        return web.Response(status=202)
+    try:
+        answer = await dispatch.route(Era.LEGACY, message.method).serve(ctx)
+    except Exception as exc:  # the one top-level mapper
+        return json_response(error_response(request_id, map_exception(exc)))
+    if isinstance(answer, web.StreamResponse):
+        return answer
+    return json_response(result_response(request_id, legacy.legacy_form(answer)))
 
 
 async def method_not_allowed(request: web.Request) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from mcp_tasks.cli.settings import validate
 from mcp_tasks.gateway import dispatch
-from mcp_tasks.protocol import constants
+from mcp_tasks.gateway.context import Era
 from tests.conftest import Embedded, McpHttp, server_settings, serving, with_tokens
 
 
@@ -105,20 +106,27 @@ async def test_an_issuer_limited_to_some_tenants_is_refused_403_for_another_with
 async def test_every_route_refuses_a_request_without_a_caller_in_both_eras(
     secured: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
-    """Issue 30 §2, fail closed: every method the front door serves (the method table, `subscriptions/listen`,
-    the legacy era's `initialize` and removed methods), with no token and with a token nobody issued, is
-    401 before any handler runs: no task is created, nothing is listed."""
-    methods = sorted({*dispatch.METHODS, constants.METHOD_SUBSCRIPTIONS_LISTEN})
+    """Issue 30 §2, fail closed: every row of the method table in each era it serves (requests and
+    notifications), the removed methods, and a legacy client's reply to one of our input requests, with
+    no token and with a token nobody issued, are 401 before any handler runs: no task is created, nothing is
+    listed or cancelled."""
     params = {"name": "greet", "arguments": {"name": "Ada"}, "taskId": "0" * 32, "inputResponses": {}}
     legacy = {"MCP-Protocol-Version": "2025-11-25", "Mcp-Method": None, "Mcp-Name": None}
+    removed = [(method, era) for method in ("tasks/result", "tasks/list") for era in Era]
+    walked = [(row.method, era, row.notification) for row in dispatch.ROUTES for era in sorted(row.eras)]
+    assert {(method, era) for method, era, _ in walked} >= {(method, Era.LEGACY) for method in ("initialize", "ping")}
     before = await secured.store.unfinished()
     for token in (None, "nobody-issued-this"):
         anonymous = McpHttp(http_session, secured.url, token=token)
-        for method in methods:
-            reply = await anonymous.request(method, params)
-            assert reply.status == 401, (method, reply.status, reply.body)
+        for method, era, is_notification in [*walked, *((method, era, False) for method, era in removed)]:
+            modern = era is Era.MODERN
+            body, headers = anonymous.prepare(method, params, with_meta=modern, headers=None if modern else legacy)
+            if is_notification:
+                body = json.dumps({key: value for key, value in json.loads(body).items() if key != "id"})
+            reply = await anonymous.post(body, headers)
+            assert reply.status == 401, (method, era, reply.status, reply.body)
             assert "result" not in reply.body
-        for method in ("initialize", "tools/call", "tasks/result", "tasks/list"):
-            reply = await anonymous.request(method, params, with_meta=False, headers=legacy)
-            assert reply.status == 401, (method, reply.status, reply.body)
+        body, headers = anonymous.prepare("tools/call", with_meta=False, headers=legacy)
+        reply_to_input = {"jsonrpc": "2.0", "id": f"mcptasks-input.{'0' * 32}.aw.{'0' * 32}", "result": {}}
+        assert (await anonymous.post(json.dumps(reply_to_input), headers)).status == 401
     assert await secured.store.unfinished() == before

@@ -172,13 +172,12 @@ class Gate:
             raise
 
     def scope_refusal(
-        self, request: web.BaseRequest, tool_name: object, request_id: RequestId | None = None
+        self, request: web.BaseRequest, identity: Identity, tool_name: object, request_id: RequestId | None = None
     ) -> web.Response | None:
-        """`403 insufficient_scope` when the request's principal lacks a scope `tool_name` requires, else None."""
-        identity = request.get(IDENTITY_KEY)
+        """`403 insufficient_scope` when `identity` lacks a scope `tool_name` requires, else None."""
         if isinstance(tool_name, str):
             request[TOOL_KEY] = tool_name  # the body's name, once parsed, wins over the header for the audit
-        if identity is None or self.catalog is None:
+        if self.catalog is None:
             return None
         needed = scopes.missing(self.catalog, identity, tool_name)
         if not needed:
@@ -221,9 +220,11 @@ class Gate:
 GATE_KEY: Final = web.AppKey("identity_gate", Gate)
 
 
-def refuse_scope(request: web.Request, tool_name: object, request_id: RequestId | None = None) -> web.Response | None:
-    """The `403` for a `tools/call` of `tool_name` without its scopes, else None (see `scopes`)."""
-    return request.app[GATE_KEY].scope_refusal(request, tool_name, request_id)
+def refuse_scope(
+    request: web.Request, identity: Identity, tool_name: object, request_id: RequestId | None = None
+) -> web.Response | None:
+    """The `403` for a `tools/call` of `tool_name` by `identity` without its scopes, else None (see `scopes`)."""
+    return request.app[GATE_KEY].scope_refusal(request, identity, tool_name, request_id)
 
 
 async def authenticate(request: web.Request) -> Identity | web.Response:
