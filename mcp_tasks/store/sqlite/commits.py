@@ -1,11 +1,15 @@
 """`GroupCommit`: the SQLite store's one write lane; writes that arrive together share one commit (one fsync).
 
 `SqliteTaskStore` sends every write here: INSERT, compare-and-swap UPDATE, and the expiry DELETE. A
-write that finds the lane idle is committed on its own, by its caller (autocommit, as before); writes
-that queue up while a commit is in flight are drained by the lane's own asyncio task into the next
-transaction together (`BEGIN IMMEDIATE`, each statement, `COMMIT`). So 32 clients creating tasks, a
-claim pass over 16 tasks and the results of runs that end together cost one fsync per batch instead of
-one each.
+write that finds the lane idle is committed on its own, by its caller (without a hop through the lane's
+task); writes that queue up while a commit is in flight are drained by the lane's own asyncio task into
+the next transaction together. Each is one transaction (`BEGIN IMMEDIATE`, each statement, `COMMIT`), so 32
+clients creating tasks, a claim pass over 16 tasks and the results of runs that end together cost one
+fsync per batch instead of one each.
+
+Each transaction also reads the database's commit counter (`wal_index.WalIndex`) while it holds the write
+lock, and the lane tells the store (`Committed`, through `on_commit`) which counter value its commit made,
+before any writer is answered: the store's read cache follows the commits in the order they were made.
 
 Durability is unchanged: a write's caller is answered only after the `COMMIT` that holds it returned
 (`synchronous=FULL`: fsynced), and a batch that cannot commit is rolled back and every write in it is
@@ -29,6 +33,7 @@ from typing import Any, Final, Literal, TypeVar, cast
 import aiosqlite
 
 from mcp_tasks.observability import metrics
+from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, VersionConflict
 
 logger = logging.getLogger("mcp_tasks.store.sqlite")
@@ -49,6 +54,8 @@ class Write:
             conflict, or the task is gone); `delete` (`... RETURNING`: its rows are the answer).
         read: for an `update`, a `SELECT` (and its parameters) run just before it in the same transaction;
             its rows are the answer of an update that changed a row (the row as it was before the write).
+        kept: what the store keeps of an `insert` or `update` once committed (its row values and the
+            record they hold), handed back in `Committed.writes`; the lane does not look at it.
         done: answered once the write is committed (or refused): the rows a `delete` returned, or an
             update's `read`, else `[]`.
     """
@@ -58,7 +65,25 @@ class Write:
     task_id: str
     kind: Literal["insert", "update", "delete"]
     read: tuple[str, tuple[Any, ...]] | None = None
+    kept: object = None
     done: asyncio.Future[list[Any]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One committed transaction of the lane, as `on_commit` hears it (before any of its writers is answered).
+
+    Attributes:
+        before: the database's commit counter (`WalIndex.changes`) when the transaction took the write lock,
+            so every commit before it, of any process, is counted; `None` if it could not be read.
+        changed: the transaction changed a row (so its `COMMIT` moved the counter from `before` to
+            `before + 1`); `False` for a batch of conflicting compare-and-swaps only.
+        writes: the writes that took effect, each with its answer (a `delete`'s rows).
+    """
+
+    before: int | None
+    changed: bool
+    writes: list[tuple[Write, list[Any]]]
 
 
 class GroupCommit:
@@ -67,15 +92,30 @@ class GroupCommit:
     Args:
         connection: the store's write connection (autocommit: `isolation_level=None`); it must not be
             written through anything else while the lane runs.
+        wal_index: the database's commit counter, read in each transaction (`None`: not read).
+        on_commit: called in the event loop with each committed transaction, before its writers are
+            answered; it must not raise.
     """
 
-    def __init__(self, connection: Callable[[], aiosqlite.Connection]) -> None:
+    def __init__(
+        self,
+        connection: Callable[[], aiosqlite.Connection],
+        wal_index: Callable[[], WalIndex | None] = lambda: None,
+        on_commit: Callable[[Committed], None] = lambda committed: None,
+    ) -> None:
         self._connection = connection
+        self._wal_index = wal_index
+        self._on_commit = on_commit
         self._queue: list[Write] = []
         self._queued = asyncio.Event()
         self._closing = False
         self._busy = False  # a commit is in flight (the lane's, or an idle lane's caller's own)
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No write of this lane is queued, in flight, or committed without `on_commit` having heard of it."""
+        return not self._busy and not self._queue
 
     def start(self) -> None:
         """Start the lane's task (the owner of every commit)."""
@@ -159,14 +199,19 @@ class GroupCommit:
         statements: list[_Statement] = [
             (write.sql, write.params, write.kind, write.task_id, write.read) for write in batch
         ]
+        wal_index = self._wal_index()
         done = metrics.timed("sqlite", "write")
         try:
-            outcomes = await _in_thread(connection, lambda raw: _commit_in_thread(raw, statements))
+            before, changed, outcomes = await _in_thread(
+                connection, lambda raw: _commit_in_thread(raw, statements, wal_index)
+            )
         except sqlite3.DatabaseError as exc:  # OperationalError (full, read-only, I/O, locked) and kin
             _refuse(batch, f"the task database cannot write: {exc}")
             return
         finally:
             done()
+        took = [(w, o) for w, o in zip(batch, outcomes, strict=True) if not isinstance(o, BaseException)]
+        self._on_commit(Committed(before, changed, took))
         for write, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, VersionConflict) and write.kind == "update":
                 metrics.STORE_CONFLICTS.labels("sqlite").inc()
@@ -201,25 +246,36 @@ async def _in_thread(connection: aiosqlite.Connection, work: Callable[[sqlite3.C
     return await run(lambda: work(connection._conn))
 
 
-def _commit_in_thread(raw: sqlite3.Connection, statements: list[_Statement]) -> list[_Outcome]:
-    """In the connection's thread: run `statements` and commit them, one transaction when there are several
-    (or when one reads before it writes).
+def _commit_in_thread(
+    raw: sqlite3.Connection, statements: list[_Statement], wal_index: WalIndex | None
+) -> tuple[int | None, bool, list[_Outcome]]:
+    """In the connection's thread: run `statements` in one transaction and commit it.
+
+    Returns the commit counter read under the write lock (`None` if not read), whether the commit moved it
+    (a row changed and the counter did move: a statement that rewrites a row unchanged writes no page, and
+    no commit of ours does that, but then nothing is claimed), and each statement's outcome.
 
     Raises:
         sqlite3.DatabaseError: the batch cannot be written or committed; it was rolled back.
     """
-    if len(statements) == 1 and statements[0][4] is None:
-        return [_apply(raw, statements[0])]
     raw.execute("BEGIN IMMEDIATE")
     try:
+        # Under the write lock no other connection can commit: the counter counts every commit before ours.
+        before = None if wal_index is None else wal_index.changes()
+        rows_before = raw.total_changes
         outcomes = [_apply(raw, statement) for statement in statements]
+        changed = raw.total_changes != rows_before
         raw.execute("COMMIT")
     except BaseException:
         if raw.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 raw.execute("ROLLBACK")
         raise
-    return outcomes
+    if changed and before is not None:
+        after = wal_index.changes() if wal_index is not None else None
+        if after is None or after == before:  # not moved (or unreadable): claim nothing, the store re-reads
+            return None, False, outcomes
+    return before, changed, outcomes
 
 
 def _apply(raw: sqlite3.Connection, statement: _Statement) -> _Outcome:

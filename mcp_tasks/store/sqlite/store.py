@@ -10,6 +10,17 @@ become domain errors here.
 
 Every read is one `execute_fetchall` (statement run to completion in one step): interleaved open
 cursors on the shared read connection would keep its WAL snapshot alive and hide fresh commits.
+
+**Read cache.** `get` of a task this store wrote or read (1,024 kept, bodies up to 16 KiB) is answered
+from memory, with no SQL, while no other connection has committed since: the database's commit counter
+(`wal_index.WalIndex`, the `-shm` header every SQLite process updates on each commit) must equal the count
+this store expects, which each of its own commits advances in commit order (`commits.Committed`). Any
+other commit, by another process on the same file or another store in this process, makes the counter
+differ: every read is then authoritative until this store's writes have all been applied, and the cache
+is emptied and restarted from the counter as read. So a read never returns a state older than the file's
+last commit before the read began, as an authoritative read would; a read that raced a commit does not
+fill the cache. The owner and expiry checks still apply to each answer, and another principal's cached
+task is read from SQL exactly like an unknown id (same query, same cost).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import aiosqlite
 
@@ -31,12 +42,13 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.observers import WriteObservers
-from mcp_tasks.store.sqlite.commits import GroupCommit, Write
+from mcp_tasks.store.sqlite.commits import Committed, GroupCommit, Write
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
+from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
-from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner
+from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner, owns
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
 logger = logging.getLogger("mcp_tasks.store.sqlite")
@@ -55,7 +67,7 @@ _UPDATE: Final = (
 )
 _NON_TERMINAL: Final = "('working', 'input_required')"
 DECODED_MAX: Final = 1024
-"""Most decoded records kept (`SqliteTaskStore._decode`), each with its row; oldest dropped first."""
+"""Most decoded records kept (the read cache, `SqliteTaskStore._decoded`), each with its row; oldest dropped first."""
 DECODED_MAX_BODY_BYTES: Final = 16 * 1024
 """Largest record body whose decoded record is kept, in bytes (big results are decoded on each read)."""
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
@@ -237,10 +249,13 @@ class SqliteTaskStore:
         self._reader: aiosqlite.Connection | None = None
         self._feed = ChangeFeed()
         self._observers = WriteObservers()
-        self._commits = GroupCommit(lambda: self._w)
+        self._wal_index: WalIndex | None = None
+        self._commits = GroupCommit(lambda: self._w, lambda: self._wal_index, self._committed)
         # task id → (its row as last read or written, that row decoded). A row equal to the kept one in
         # every column (version, body, ...) decodes to the same record: reuse it (records are immutable).
+        # While the commit counter equals `_known`, each entry is also the task's current row (the cache).
         self._decoded: dict[str, tuple[tuple[Any, ...], TaskRecord]] = {}
+        self._known: int | None = None  # the commit counter the cache is current at; None: not current
 
     async def __aenter__(self) -> SqliteTaskStore:
         await self.open()
@@ -267,6 +282,9 @@ class SqliteTaskStore:
         except BaseException:
             await self.aclose()
             raise
+        # After the migration's reads SQLite has the `-shm` file open (it opens it lazily).
+        self._wal_index = WalIndex.find(self.path)
+        self._known = None if self._wal_index is None else self._wal_index.changes()
         self._commits.start()
 
     async def aclose(self) -> None:
@@ -276,6 +294,8 @@ class SqliteTaskStore:
             if connection is not None:
                 await connection.close()
         self._reader = self._writer = None
+        self._wal_index, self._known = None, None
+        self._decoded.clear()
 
     @staticmethod
     async def _migrate(connection: aiosqlite.Connection) -> None:
@@ -335,15 +355,67 @@ class SqliteTaskStore:
             raise RuntimeError("SqliteTaskStore is not open; call open() first")
         return self._reader
 
-    def _decode(self, row: sqlite3.Row | tuple[Any, ...]) -> TaskRecord:
-        """`_decode_row`, reusing the record decoded from an identical row (polls of an unchanged task)."""
+    def _decode(self, row: sqlite3.Row | tuple[Any, ...], keep: bool) -> TaskRecord:
+        """`_decode_row`, reusing the record decoded from an identical row; kept for later reads if `keep`
+        (the row is the current one: `_read_mark` / `_still_current`).
+        """
         values = tuple(row)
         kept = self._decoded.get(values[0])
         if kept is not None and kept[0] == values:
             return kept[1]
         record = _decode_row(values)
-        self._keep(values, record)
+        if keep:
+            self._keep(values, record)
         return record
+
+    def _current(self) -> int | None:
+        """The commit counter if the cache is current at it (no commit but this store's, all applied), else
+        `None`. Restarts the cache when it is behind other connections' commits and none of ours is pending.
+        """
+        if self._wal_index is None:
+            return None
+        now = self._wal_index.changes()
+        if now is None or now == self._known:
+            return now
+        if self._commits.idle:
+            # Every commit of ours has been applied, so the difference is other connections' commits: forget
+            # all that was kept (any of it may be older) and be current again from this counter on.
+            self._decoded.clear()
+            self._known = now
+        return None
+
+    def _read_mark(self) -> int | None:
+        """Before an authoritative read: the counter, if the cache is current (then the read may fill it)."""
+        return self._current()
+
+    def _still_current(self, mark: int | None) -> bool:
+        """After an authoritative read begun at `mark`: no commit at all happened meanwhile, so its rows are
+        the current ones and may be kept.
+        """
+        return (
+            mark is not None
+            and self._known == mark
+            and self._wal_index is not None
+            and (self._wal_index.changes() == mark)
+        )
+
+    def _committed(self, committed: Committed) -> None:
+        """The lane's report of one of this store's commits (in commit order, before its writers hear):
+        apply it to the cache, and advance the counter the cache is current at.
+        """
+        if committed.before is None or committed.before != self._known:
+            self._decoded.clear()  # another connection committed before ours (or the counter was unread)
+        for write, rows in committed.writes:
+            if write.kind == "delete":
+                for row in rows:
+                    self._decoded.pop(str(row[0]), None)
+            elif write.kept is not None:
+                values, record = cast(tuple[tuple[Any, ...], TaskRecord], write.kept)
+                self._keep(values, record)
+        if committed.before is None:
+            self._known = None
+        else:
+            self._known = (committed.before + committed.changed) & 0xFFFFFFFF
 
     def _keep(self, values: tuple[Any, ...], record: TaskRecord) -> None:
         if len(values[-1]) > DECODED_MAX_BODY_BYTES:
@@ -388,9 +460,8 @@ class SqliteTaskStore:
         """Insert and commit (fsync) a new record; return it at version 1 (observers hear `(None, it)`)."""
         values = self._row_values(record, 1)
         insert = f"INSERT INTO tasks ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-        await self._commits.write(Write(insert, values, record.task_id, "insert"))
         created = _replace_version(record, 1)
-        self._keep(values, created)
+        await self._commits.write(Write(insert, values, record.task_id, "insert", kept=(values, created)))
         self._feed.changed((record.task_id,))
         self._feed.created((created,))
         self._observers.notify(None, created)
@@ -399,13 +470,22 @@ class SqliteTaskStore:
     async def get(self, task_id: str, owner: Owner | None = None, *, fresh: bool = False) -> TaskRecord:
         """Read one record; foreign, expired and missing tasks all raise `TaskNotFound`.
 
-        Every read is authoritative here (`fresh` changes nothing).
+        From the read cache (no SQL) when it is current and holds the task (module docstring); it is then
+        the record as of the file's last commit, as an authoritative read would return. `fresh` always
+        reads the file.
 
         The owner is part of the query (`tenant`/`subject`/`issuer` columns, apart from the body; a row whose
         issuer is unknown matches no one, `tasks.owner.owns`), so another
         principal's task is one primary-key lookup that matches nothing, exactly like an unknown id:
-        its body, whatever its size, is never read or decoded (no timing tell).
+        its body, whatever its size, is never read or decoded (no timing tell). A cached task of another
+        principal is not answered from the cache: it takes that same query.
         """
+        if not fresh and self._current() is not None:
+            kept = self._decoded.get(task_id)
+            if kept is not None and (owner is None or owns(kept[1].owner, owner)):
+                if owner is not None and kept[1].is_expired(self.clock()):
+                    raise TaskNotFound(task_id)
+                return kept[1]
         args: tuple[str, ...]
         if owner is None:
             query, args = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)
@@ -415,11 +495,12 @@ class SqliteTaskStore:
                 "WHERE task_id = ? AND tenant = ? AND subject = ? AND issuer = ? AND issuer <> ''"  # '': nobody's
             )
             args = (task_id, owner.tenant, owner.subject, owner.issuer)
+        mark = self._read_mark()
         with _backend("read"):
             rows = await self._r.execute_fetchall(query, args)
         if not rows:
             raise TaskNotFound(task_id)
-        record = self._decode(next(iter(rows)))
+        record = self._decode(next(iter(rows)), self._still_current(mark))
         if owner is not None and record.is_expired(self.clock()):
             raise TaskNotFound(task_id)
         return record
@@ -439,11 +520,10 @@ class SqliteTaskStore:
         values = self._row_values(record, stored + 1)
         before = self._kept(record.task_id, record.version) if self._observers else None
         read = (_SELECT_AT_VERSION, (record.task_id, stored)) if self._observers and before is None else None
-        rows = await self._commits.write(
-            Write(_UPDATE, (*values[1:], record.task_id, stored), record.task_id, "update", read)
-        )
         written = _replace_version(record, stored + 1)
-        self._keep(values, written)
+        rows = await self._commits.write(
+            Write(_UPDATE, (*values[1:], record.task_id, stored), record.task_id, "update", read, (values, written))
+        )
         self._feed.changed((record.task_id,))
         if record.lease is None and not record.status.is_terminal:
             self._feed.created((written,))  # runnable again (a re-run, a cancel before any claim): wake the claimer
@@ -460,13 +540,15 @@ class SqliteTaskStore:
 
     async def list_runnable(self, now: datetime, limit: int) -> Sequence[TaskRecord]:
         """Non-terminal tasks without a live lease, oldest first."""
+        mark = self._read_mark()
         with _backend("read"):
             rows = await self._r.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM tasks WHERE status IN {_NON_TERMINAL} "
                 "AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms LIMIT ?",
                 (to_epoch_ms(now), limit),
             )
-        return [self._decode(row) for row in rows]
+        keep = self._still_current(mark)
+        return [self._decode(row, keep) for row in rows]
 
     async def delete_expired(self, now: datetime, limit: int) -> Sequence[str]:
         """Delete terminal tasks past `created_at + ttl_ms`; return their ids."""
@@ -475,9 +557,7 @@ class SqliteTaskStore:
             "AND expires_at_ms <= ? LIMIT ?) RETURNING task_id"
         )
         rows = await self._commits.write(Write(delete, (to_epoch_ms(now), limit), "", "delete"))
-        deleted = [str(row[0]) for row in rows]
-        for task_id in deleted:
-            self._decoded.pop(task_id, None)
+        deleted = [str(row[0]) for row in rows]  # already dropped from the cache (`_committed`)
         if deleted:
             self._feed.changed(deleted)
         return deleted
