@@ -4,9 +4,9 @@ What it measures, side by side in one run, for `bench_echo` (bench/tools_warm: a
 worker, `concurrency: 4`):
 
 - (w1) synchronous `tools/call` through the gateway vs a bare aiohttp handler that forwards the same
-  call to the same warm worker process (`forward`, below: parse JSON, mint the call's credential with the
-  executor's warm-call key, POST /v1/calls, read the NDJSON stream, answer JSON-RPC). Latency p50/p99
-  with one client, sequential. Target: gateway p50 ≤ 1.5x the forwarder's.
+  call to the same warm worker process (`forward`, below: parse JSON, mint the call's credential on a
+  session opened with the executor's warm-call key, POST /v1/calls, read the NDJSON stream, answer
+  JSON-RPC). Latency p50/p99 with one client, sequential. Target: gateway p50 ≤ 1.5x the forwarder's.
 - (w2) embedded only: a task on the warm tool, from `tools/call` (tasks extension) to the first
   `tasks/get` that reads `completed` (polled back to back). Target: p50 ≤ 14 ms, twice the 7.0 ms that
   FastMCP with fastmcp-tasks reached in process (issue #12's measurement; `bench.versus_fastmcp` measures
@@ -61,7 +61,7 @@ _WATCHED = {"mcptasks", "jobs", "pods", "secrets"}
 
 def forward_app(worker: str, key: Path) -> web.Application:
     """The floor of (w1): answer a `tools/call` with what the warm worker at `worker` returns (each call
-    carries a credential minted with the warm-call key in `key`, as the gateway's does).
+    carries a credential minted on a session opened with the warm-call key in `key`, as the gateway's does).
     """
     signer = WarmCallSigner.from_pem(key.read_bytes())
     app = web.Application()
@@ -76,7 +76,8 @@ def forward_app(worker: str, key: Path) -> web.Application:
         body = json.loads(await request.read())
         call = {"executionId": secrets.token_hex(8), "arguments": body["params"].get("arguments", {})}
         data = json.dumps(call).encode()
-        token = signer.mint(TOOL, call["executionId"], "call", "bench", data)
+        warm = await signer.session(app["session"], worker, TOOL)  # opened at the first call, then kept
+        token = warm.credential("call", call["executionId"], "bench", data)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
         async with app["session"].post(worker + "/v1/calls", data=data, headers=headers) as response:
             async for line in response.content:

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from mcp_tasks.runtime import contract
-from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
+from mcp_tasks.runtime import call_auth, contract
+from mcp_tasks.worker.warm_auth import WarmCallSigner, WarmSession, new_private_pem
 
 UNAUTHORIZED = {"message": "unauthorized"}
 CALLER = "a" * 32
+X25519_KEY = call_auth.b64url(X25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+"""Some other worker's session key."""
 
 
 def call_body(tool: str, execution_id: str, marker: Path, seconds: float = 0.0) -> bytes:
@@ -51,32 +56,73 @@ def bearer(token: str) -> list[str]:
     return [f"Bearer {token}"]
 
 
+async def post_offer(session: aiohttp.ClientSession, base_url: str, offer: str) -> Answer:
+    """`POST /v1/sessions` with `offer`: 204 (opened, body `None`) or the refusal."""
+    headers = {"Authorization": f"Bearer {offer}"}
+    async with session.post(base_url + contract.PATH_SESSIONS, headers=headers) as response:
+        return Answer(response.status, None if response.status == 204 else await response.json())
+
+
+async def worker_key(session: aiohttp.ClientSession, base_url: str) -> str:
+    """The worker's session key (`GET /v1/sessions`), which anyone may read."""
+    async with session.get(base_url + contract.PATH_SESSIONS) as response:
+        assert response.status == 200
+        return str((await response.json())["workerKey"])
+
+
 async def refused_requests(
     session: aiohttp.ClientSession, base_url: str, signer: WarmCallSigner, tool: str, marker: Path
 ) -> dict[str, Answer]:
-    """Every kind of request the worker must refuse, by name, with what it answered."""
+    """Every kind of request the worker must refuse, by name, with what it answered.
+
+    Calls and their credentials: each attempt gets a fresh credential of a real session `signer` opened,
+    so it is refused for the one reason it names. Sessions: offers the worker must not open.
+    """
     forger = WarmCallSigner.from_pem(new_private_pem())
+    warm = await signer.open_session(session, base_url, tool)
+    key = await worker_key(session, base_url)
     body = call_body(tool, "outsider-1", marker, seconds=30)
     other_body = call_body(tool, "outsider-2", marker, seconds=30)
     past = time.time() - 3600
-    token = signer.mint(tool, "outsider-1", "call", CALLER, body)
+
+    def credential(operation: str = "call", data: bytes | None = body, **kwargs: Any) -> list[str]:
+        return bearer(warm.credential(operation, "outsider-1", CALLER, data, **kwargs))
+
+    guessed_key = WarmSession(tool, base_url, warm.session_id, secrets.token_bytes(32), warm.expires_at)
+    unknown = WarmSession(tool, base_url, "no-such-session", warm.key, warm.expires_at)
+    other_worker, _ = signer.offer(tool, base_url, X25519_KEY)
     attempts: dict[str, tuple[bytes, list[str] | None]] = {
         "unauthenticated": (body, None),
-        "malformed": (body, ["Bearer not.a.jwt"]),
+        "malformed": (body, ["Bearer not.a.credential"]),
         "basic scheme": (body, ["Basic dXNlcjpwYXNz"]),
-        "forged": (body, bearer(forger.mint(tool, "outsider-1", "call", CALLER, body))),
-        "expired": (body, bearer(signer.mint(tool, "outsider-1", "call", CALLER, body, now_s=past))),
-        "other tool": (body, bearer(signer.mint("warm_echo", "outsider-1", "call", CALLER, body))),
-        "other call": (other_body, bearer(token)),
-        "other body": (call_body(tool, "outsider-1", marker, seconds=31), bearer(token)),
-        "a cancel's credential": (body, bearer(signer.mint(tool, "outsider-1", "cancel", CALLER))),
-        "two credentials": (body, [*bearer(token), *bearer(token)]),
+        "forged (a guessed session key)": (body, bearer(guessed_key.credential("call", "outsider-1", CALLER, body))),
+        "unknown session": (body, bearer(unknown.credential("call", "outsider-1", CALLER, body))),
+        "another worker's session": (body, bearer(other_worker.credential("call", "outsider-1", CALLER, body))),
+        "expired": (body, credential(now_s=past)),
+        "too long-lived": (body, credential(lifetime_s=3600)),
+        "other call": (other_body, credential()),
+        "other body": (call_body(tool, "outsider-1", marker, seconds=31), credential()),
+        "a cancel's credential": (body, credential("cancel", None)),
+        "two credentials": (body, [*credential(), *credential()]),
+        "an offer as a credential": (body, bearer(signer.offer(tool, base_url, key)[1])),
     }
     answers = {name: await post(session, base_url, data, auth) for name, (data, auth) in attempts.items()}
     async with session.delete(f"{base_url}{contract.PATH_CALLS}/outsider-1") as response:
         answers["unauthenticated cancel"] = Answer(response.status, await response.json())
     async with session.get(f"{base_url}{contract.PATH_CALLS}/outsider-1?waitSeconds=0") as response:
         answers["unauthenticated re-attach"] = Answer(response.status, await response.json())
+    _, replayed = signer.offer(tool, base_url, key)
+    assert (await post_offer(session, base_url, replayed)).status == 204
+    offers = {
+        "forged offer (another key)": forger.offer(tool, base_url, key)[1],
+        "offer for another tool": signer.offer("warm_echo", base_url, key)[1],
+        "offer for another worker": signer.offer(tool, base_url, X25519_KEY)[1],
+        "expired offer": signer.offer(tool, base_url, key, now_s=past - contract.SESSION_MAX_LIFETIME_S)[1],
+        "offer for over an hour": signer.offer(tool, base_url, key, lifetime_s=7200)[1],
+        "replayed offer": replayed,
+    }
+    for name, offer in offers.items():
+        answers[name] = await post_offer(session, base_url, offer)
     return answers
 
 

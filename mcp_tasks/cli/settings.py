@@ -42,11 +42,11 @@ class ServeSettings:
         tools_dirs: folders of McpTool manifests (default `examples/tools` if present).
         data_dir: folder for the SQLite database, artifacts and the requestState key (default `.data`).
         tokens_file: YAML bearer-token file; without it one local principal, loopback only.
-        warm_call_key_file: the Ed25519 private key (PKCS#8 PEM) that signs the credentials of warm calls
-            (every call, re-attach and cancel a warm worker takes); it must exist. Default: none, then
-            `warm-call.key` in the data folder, created (mode 0600) if absent and kept across restarts so a
-            restarted server can re-attach to its warm calls. The chart sets it to the operator's Secret,
-            mounted in the operator and gateway pods only. Never the requestState key.
+        warm_call_key_file: the Ed25519 private key (PKCS#8 PEM) that signs the offers opening the sessions
+            warm calls are keyed with (every call, re-attach and cancel a warm worker takes); it must exist.
+            Default: none, then `warm-call.key` in the data folder, created (mode 0600) if absent and kept
+            across restarts so a restarted server can re-attach to its warm calls. The chart sets it to the
+            operator's Secret, mounted in the operator and gateway pods only. Never the requestState key.
         log_level: Python logging level name (default INFO).
         log_json: log one JSON object per line instead of text.
         metrics_port: port of the Prometheus `/metrics` endpoint of `serve`, `gateway` and `operator`

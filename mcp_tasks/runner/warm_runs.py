@@ -38,7 +38,7 @@ from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
 from mcp_tasks.worker.tls import PeerTls, base_url, endpoint_of
 from mcp_tasks.worker.warm import WarmTarget, WorkerLost, apply_final, call_body, cancel_call, channel_events, send_call
-from mcp_tasks.worker.warm_auth import CallAuth
+from mcp_tasks.worker.warm_auth import CallAuth, SessionUnavailable
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -289,12 +289,15 @@ class AdoptedWarmCall:
         return asyncio.get_running_loop().time() - unreachable_since < REMOTE_UNREACHABLE_S
 
     async def _reattach(self) -> int | None:
-        url = f"{self.base_url}{contract.PATH_CALLS}/{self.execution.execution_id}?waitSeconds={REATTACH_WAIT_S:g}"
+        path = f"{contract.PATH_CALLS}/{self.execution.execution_id}?waitSeconds={REATTACH_WAIT_S:g}"
+        options = {} if self.tls is None else self.tls.request_options()
         unreachable_since: float | None = None
         while True:
             try:
-                options = {} if self.tls is None else self.tls.request_options()
-                async with self.session.get(url, headers=self.auth.headers("reattach"), **options) as response:
+                response = await self.auth.request(
+                    self.session, "GET", self.base_url, path, "reattach", options=options
+                )
+                async with response:
                     if response.status == 200:
                         final = await response.json()
                         code, self._tail = await conclude(self.channel, self.execution, self.tool, final)
@@ -303,13 +306,16 @@ class AdoptedWarmCall:
                         unreachable_since = None
                         continue
                     self._tail = f"the warm worker no longer knows the call ({response.status})"
-            except (aiohttp.ClientError, OSError, ValueError) as exc:
-                if unreachable_since is None:
-                    unreachable_since = asyncio.get_running_loop().time()
-                if self._alive(unreachable_since):
-                    await asyncio.sleep(REATTACH_RETRY_S)
-                    continue
-                self._tail = f"the warm worker (pid {self.pid}) is gone: {exc}"
+            except (aiohttp.ClientError, OSError, ValueError, SessionUnavailable) as exc:
+                if isinstance(exc, SessionUnavailable) and exc.refused:  # it answers, but to another key
+                    self._tail = f"the warm worker takes no session of this runner: {exc}"
+                else:
+                    if unreachable_since is None:
+                        unreachable_since = asyncio.get_running_loop().time()
+                    if self._alive(unreachable_since):
+                        await asyncio.sleep(REATTACH_RETRY_S)
+                        continue
+                    self._tail = f"the warm worker (pid {self.pid}) is gone: {exc}"
             metrics.WARM_CALLS.labels(self.tool.name, "lost").inc()
             self.worker_lost = True
             return None

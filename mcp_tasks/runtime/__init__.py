@@ -1,5 +1,5 @@
 """Tool-side runtime: what a tool process imports (standard library only; a warm worker also imports
-PyJWT, a dependency of mcp-tasks, to check its callers' credentials: `call_auth`).
+PyJWT and `cryptography`, dependencies of mcp-tasks, to open its callers' sessions: `call_auth`).
 
 See `docs/tool-runtime.md` for the plain-HTTP contract behind it.
 """

@@ -87,23 +87,51 @@ ENV_SERVE_PARENT_PID: Final = "MCPTASKS_SERVE_PARENT_PID"
 leaves no warm worker behind."""
 
 CALL_AUDIENCE_PREFIX: Final = "mcp-tasks-warm-worker:"
-"""A warm-call credential's `aud` is this prefix and the tool's name: only that tool's workers take it."""
+"""A session offer's `aud` is this prefix and the tool's name: only that tool's workers take it."""
 CALL_OPERATIONS: Final = frozenset({"call", "reattach", "cancel"})
-"""The `op` claim of a warm-call credential: `POST /v1/calls`, `GET /v1/calls/{id}`, `DELETE /v1/calls/{id}`."""
+"""The `op` of a call credential: `POST /v1/calls`, `GET /v1/calls/{id}`, `DELETE /v1/calls/{id}`."""
+SESSION_OPERATION: Final = "session"
+"""The `op` claim of a session offer (`PATH_SESSIONS`)."""
 CALL_MAX_LIFETIME_S: Final = 600
-"""Longest lifetime (`exp` - `iat`) a warm worker accepts in a credential, in seconds (executors mint 120 s)."""
+"""Longest a call credential may still be valid when a warm worker checks it (`exp` - now), in seconds
+(executors mint them for 120 s)."""
+SESSION_MAX_LIFETIME_S: Final = 3600
+"""Longest lifetime (`exp` - `iat`) a warm worker accepts in a session offer, in seconds (executors open
+sessions for 3600 s and open a new one when less than 600 s is left)."""
+CALL_REPLAY_WINDOW: Final = 4096
+"""Counters a warm worker tracks per session: a credential whose counter is this many or more below the
+highest taken on its session is refused (401; the executor opens a new session and sends again)."""
+
+PATH_SESSIONS: Final = "/v1/sessions"
+"""Served by a warm worker: how an executor opens the session its call credentials are keyed with.
+
+`GET` (no credential) → 200 `{"workerKey": <base64url X25519 public key, 32 bytes>}`: made at the worker's
+start, never stored. `POST` with `Authorization: Bearer <offer>` and no body → 204 (opened), or 401
+`{"message": "unauthorized"}` and the connection closed. The offer is a JWT signed with EdDSA (Ed25519) by
+the executor (`ENV_SERVE_CALL_KEY` holds its public key), with claims `aud` (`CALL_AUDIENCE_PREFIX` + the
+tool name), `iat`, `exp` (at most `SESSION_MAX_LIFETIME_S` after `iat`; the session ends then), `jti` (the
+session id: unique, base64url, no `.`), `op` (`SESSION_OPERATION`), `workerKey` (the `GET`'s: the offer
+opens a session on this worker only) and `executorKey` (base64url of a fresh X25519 public key of the
+executor). Both sides derive the session key: HKDF-SHA256 (RFC 5869; no salt; 32 bytes) of the X25519
+shared secret, with `info` = `mcp-tasks warm session v1`, `aud`, `jti`, `workerKey` and `executorKey`
+joined by newlines (LF). An offer whose `jti` the worker knows (or knew: it keeps `exp` order) opens nothing."""
 
 PATH_CALLS: Final = "/v1/calls"
 """Served by a warm worker; every request carries `Authorization: Bearer <credential>` (below), checked
-before anything else: a missing, malformed, forged, expired, other-tool, other-call or replayed one is
-answered 401 `{"message": "unauthorized"}` and the connection closed, whatever the request.
+before anything else: a missing, malformed, forged, expired, other-session, other-call or replayed one
+is answered 401 `{"message": "unauthorized"}` and the connection closed, whatever the request.
 
-The credential is a JWT signed with EdDSA (Ed25519) by the executor (`ENV_SERVE_CALL_KEY` holds its
-public key), with claims `aud` (`CALL_AUDIENCE_PREFIX` + the tool name), `iat`, `exp` (at most
-`CALL_MAX_LIFETIME_S` after `iat`), `jti` (unique; a call's is taken once), `sub` (the caller: an opaque
-digest of the task's or synchronous call's principal), `op` (`CALL_OPERATIONS`), `executionId` (the call
-it addresses) and, for `op` `call`, `bodySha256` (hex SHA-256 of the exact request body). A re-attach or
-cancel is honoured only with the `sub` of the call it addresses (else 404, as for an unknown call).
+The credential is `<sessionId>.<payload>.<mac>`: `payload` is base64url (no padding) of a JSON object
+with `n` (the session's counter: an integer from 1, one per request, each taken once), `exp` (wall-clock
+seconds; at most `CALL_MAX_LIFETIME_S` ahead), `op` (`CALL_OPERATIONS`), `sub` (the caller: an opaque
+digest of the task's or synchronous call's principal), `executionId` (the call it addresses) and, for
+`op` `call`, `bodySha256` (hex SHA-256 of the exact request body); `mac` is base64url of the
+HMAC-SHA256, keyed with the session key (`PATH_SESSIONS`), of `mcp-tasks warm call v1` and a newline (LF),
+then `<sessionId>.<payload>` as sent. The worker checks the MAC, the operation, the expiry, the call (the
+body's `executionId` for a call, the path's otherwise) and that `n` was not taken (a window of
+`CALL_REPLAY_WINDOW` counters per session), before it reads the body; a call's body is then checked
+against `bodySha256`. A re-attach or cancel is honoured only with the `sub` of the call it addresses
+(else 404, as for an unknown call).
 
 POST `{executionId, tool?, arguments, inputResponses, taskId, attempt,
 inputBeforeTask?, workerUrl?, workerToken?, maxRunTimeSeconds?, cancelGraceSeconds?}` → 200 with an

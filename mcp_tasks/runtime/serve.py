@@ -16,10 +16,12 @@ are dropped, and its final event is kept `detachSeconds` after the call ends, fo
 fetch with `GET /v1/calls/{executionId}` (re-attach by execution id). A worker whose parent died takes
 no new calls and exits once no call runs and no kept outcome waits for its runner.
 
-Every request but `/healthz` carries a credential the executor that started the worker minted
-(`call_auth`, `contract.PATH_CALLS`), checked before the body is read or any call is touched: anyone
-else who can reach the port gets 401 and the connection closed, so no tool code runs, no slot is taken
-and no call is cancelled or read for them. A re-attach or cancel must also come from the call's caller.
+Every request to `/v1/calls` carries a credential an executor holding the warm-call key minted
+(`call_auth`, `contract.PATH_CALLS`): an HMAC keyed with a session that executor opened on this very
+worker (`contract.PATH_SESSIONS`, an offer signed with its key), checked before the body is read or any
+call is touched. Anyone else who can reach the port gets 401 and the connection closed, so no tool code
+runs, no slot is taken and no call is cancelled or read for them. A re-attach or cancel must also come
+from the call's caller. `/healthz` and `GET /v1/sessions` (the worker's public session key) stay open.
 
 With `MCPTASKS_SERVE_TLS_CERT_FILE` and `_KEY_FILE` (Kubernetes, the chart's `tls.warmWorkers`) the worker
 serves HTTPS only; each connection's handshake runs in its own thread, bounded, and a caller's departure
@@ -258,6 +260,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(401, {"message": "unauthorized"})
 
     def do_GET(self) -> None:
+        if self.path == contract.PATH_SESSIONS:
+            self._json(200, {"workerKey": self.server.verifier.worker_key})
+            return
         prefix = contract.PATH_CALLS + "/"
         if self.path.startswith(prefix):
             self._reattach(self.path[len(prefix) :])
@@ -308,7 +313,22 @@ class _Handler(BaseHTTPRequestHandler):
         call.cancel(time.monotonic())
         self._json(202, {"status": "cancelling"})
 
+    def _open_session(self) -> None:
+        """`POST /v1/sessions` with an offer and no body: 204 once the session is open, else 401."""
+        if self.headers.get("Content-Length", "0") != "0" or self.headers.get("Transfer-Encoding"):
+            self._json(400, {"message": "an offer has no body"})
+            self.close_connection = True  # the body is never read: nothing more on this connection
+            return
+        if not self.server.verifier.open_session(self._authorization()):
+            self._unauthorized()
+            return
+        self.send_response(204)
+        self.end_headers()
+
     def do_POST(self) -> None:
+        if self.path == contract.PATH_SESSIONS:
+            self._open_session()
+            return
         if self.path != contract.PATH_CALLS:
             self._json(404, {"message": "not found"})
             return

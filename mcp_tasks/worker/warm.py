@@ -24,7 +24,7 @@ from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError, WorkerChannel
 from mcp_tasks.worker.executions import Execution
 from mcp_tasks.worker.tls import PeerTls
-from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, caller_of
+from mcp_tasks.worker.warm_auth import CallAuth, SessionUnavailable, WarmCallSigner, caller_of
 
 logger = logging.getLogger("mcp_tasks.worker")
 
@@ -99,22 +99,24 @@ OnEvent = Callable[[JsonObject], Awaitable[None]]
 async def send_call(
     session: aiohttp.ClientSession, target: WarmTarget, body: JsonObject, on_event: OnEvent, auth: CallAuth
 ) -> JsonObject:
-    """Send one call, with a credential minted for it by `auth`, and return its final event
-    (`contract.EVENT_FINAL`); others go to `on_event`.
+    """Send one call, with a credential minted for it by `auth` (on the session `auth`'s signer keeps with
+    that worker, opened first if need be), and return its final event (`contract.EVENT_FINAL`); others go
+    to `on_event`.
 
     Raises:
         WorkerLost: the worker is unreachable, refused the call (429 full, 401 another tool's or keyed
-            otherwise: `delivered` False), or its stream broke off.
+            otherwise, no session: `delivered` False), or its stream broke off.
     """
     data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", **auth.headers("call", data)}
     try:
-        url = target.base_url + contract.PATH_CALLS
-        async with session.post(url, data=data, headers=headers, **target.request_options()) as response:
+        response = await auth.request(
+            session, "POST", target.base_url, contract.PATH_CALLS, "call", data, target.request_options()
+        )
+        async with response:
             if response.status == 401:  # a configuration error, not a busy worker: say so loudly
                 logger.warning(
-                    "warm worker %s of %s refused the call's credential: this process and the worker's executor "
-                    "hold different warm-call keys (MCPTASKS_WARM_CALL_KEY_FILE)",
+                    "warm worker %s of %s refused the call's credential on a new session: this process and the "
+                    "worker's executor hold different warm-call keys (MCPTASKS_WARM_CALL_KEY_FILE)",
                     target.base_url,
                     auth.tool,
                 )
@@ -135,6 +137,10 @@ async def send_call(
                 if len(buffer) > _MAX_EVENT_BYTES:
                     raise WorkerLost(f"the warm worker sent an event over {_MAX_EVENT_BYTES} bytes", delivered=True)
             raise WorkerLost("the warm worker's stream ended before the call's outcome", delivered=True)
+    except SessionUnavailable as exc:
+        if exc.refused:
+            logger.warning("warm worker %s of %s: %s", target.base_url, auth.tool, exc)
+        raise WorkerLost(f"the warm worker took no session: {exc}", delivered=False) from exc
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ConnectionRefusedError) as exc:
         raise WorkerLost(f"the warm worker cannot be reached: {exc}", delivered=False) from exc
     except (aiohttp.ClientError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -156,17 +162,20 @@ def _decode(line: bytes) -> JsonObject | None:
 
 async def cancel_call(session: aiohttp.ClientSession, target: WarmTarget, auth: CallAuth) -> None:
     """Ask the worker to stop a call (`DELETE /v1/calls/{id}`, with a fresh credential); a worker already
-    gone is fine.
+    gone (or that takes no session) is fine.
     """
-    url = f"{target.base_url}{contract.PATH_CALLS}/{auth.execution_id}"
+    path = f"{contract.PATH_CALLS}/{auth.execution_id}"
     try:
-        async with session.delete(url, headers=auth.headers("cancel"), **target.request_options()) as response:
+        response = await auth.request(
+            session, "DELETE", target.base_url, path, "cancel", options=target.request_options()
+        )
+        async with response:
             await response.read()
             if response.status == 401:
                 logger.warning(
                     "cancel of warm call %s refused by the worker: credential not accepted", auth.execution_id
                 )
-    except (aiohttp.ClientError, OSError) as exc:
+    except (aiohttp.ClientError, OSError, SessionUnavailable) as exc:
         logger.info("cancel of warm call %s not delivered: %s", auth.execution_id, exc)
 
 

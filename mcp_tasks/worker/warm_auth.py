@@ -1,24 +1,33 @@
-"""Warm-call credentials, the executor's side: mint the signed token each warm call, re-attach and cancel carries.
+"""Warm-call credentials, the executor's side: open a session with each warm worker, then MAC each request.
 
-A warm worker (`runtime.serve`) takes a request only with a credential it verifies with the executor's
-public key (`runtime.call_auth`; format in `contract.PATH_CALLS`). `WarmCallSigner` holds the Ed25519
-private key and mints one short-lived credential per request, bound to the tool (audience), the call
-(execution id), the operation, the caller (a digest of the principal) and, for a call, the exact body.
-Held by whoever sends warm calls: the embedded runner; on Kubernetes the operator (tasks) and the gateways
-(synchronous calls). The key is never the gateways' request-state key. Nothing here logs a token or key.
+A warm worker (`runtime.serve`) takes a request only with a credential keyed with a session an executor
+holding the warm-call key opened on that very worker (`runtime.call_auth`; format in `contract.PATH_SESSIONS`
+and `contract.PATH_CALLS`). `WarmCallSigner` holds the Ed25519 private key: it signs a session offer once
+per worker (and again before the session's hour ends, or when the worker no longer knows it), and keeps
+the session key; `WarmSession.credential` then binds each request, for a few microseconds, to the call
+(execution id), the operation, the caller (a digest of the principal), a short expiry, the session's
+counter and, for a call, the exact body. Held by whoever sends warm calls: the embedded runner; on
+Kubernetes the operator (tasks) and the gateways (synchronous calls). The key is never the gateways'
+request-state key. Nothing here logs a credential or key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import itertools
+import json
 import secrets
 import time
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+import aiohttp
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
@@ -31,9 +40,33 @@ from mcp_tasks.runtime import call_auth, contract
 from mcp_tasks.tasks.owner import Owner
 
 LIFETIME_S: Final = 120
-"""Lifetime of one credential, in seconds: enough for the request to reach the worker, which checks it
+"""Lifetime of one call credential, in seconds: enough for the request to reach the worker, which checks it
 before it starts the call (a long call's later re-attach or cancel gets a fresh one)."""
+SESSION_LIFETIME_S: Final = 3600
+"""Lifetime of a session, in seconds (at most `contract.SESSION_MAX_LIFETIME_S`)."""
+SESSION_RENEW_S: Final = 600
+"""A session with less than this left, in seconds, is replaced by a new one before the next request."""
+SESSION_OPEN_TIMEOUT_S: Final = 10.0
+"""Longest the two requests that open a session may take together, in seconds."""
+MAX_SESSIONS: Final = 4096
+"""Sessions one executor process keeps at most (one per warm worker it calls); past this many the oldest
+is dropped (a later request to that worker opens a new one)."""
 _NO_PRINCIPAL: Final = "executor"
+
+Options = Mapping[str, Any]
+"""Extra aiohttp request arguments for a worker (`WarmTarget.request_options`: its TLS verification)."""
+
+
+class SessionUnavailable(Exception):
+    """No session could be opened with a warm worker: nothing was sent to it that could run.
+
+    `refused` is True when the worker answered and refused the offer (401: it checks another key, or
+    serves another tool; or it is no warm worker): a configuration error rather than a passing one.
+    """
+
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def new_private_pem() -> bytes:
@@ -52,8 +85,61 @@ def caller_of(owner: Owner | None) -> str:
     return hashlib.sha256(f"{owner.tenant}\x00{owner.subject}\x00{owner.issuer}".encode()).hexdigest()[:32]
 
 
+@dataclass(slots=True, eq=False)
+class WarmSession:
+    """A session this executor opened on one warm worker: what keys its requests' credentials.
+
+    Fields:
+        tool: the tool the worker serves (the offer's audience).
+        base_url: the worker's `http(s)://host:port`.
+        session_id: the offer's `jti`.
+        key: the 32-byte session key (HKDF of the X25519 exchange; never sent).
+        expires_at: wall-clock seconds when the worker stops taking its credentials.
+    """
+
+    tool: str
+    base_url: str
+    session_id: str
+    key: bytes = field(repr=False)
+    expires_at: float
+    _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+
+    def credential(
+        self,
+        operation: str,
+        execution_id: str,
+        caller: str,
+        body: bytes | None = None,
+        now_s: float | None = None,
+        lifetime_s: float = LIFETIME_S,
+    ) -> str:
+        """One request's credential (`contract.PATH_CALLS`), with the session's next counter.
+
+        Args:
+            operation: `call`, `reattach` or `cancel` (`contract.CALL_OPERATIONS`).
+            execution_id: the call it addresses.
+            caller: the principal's digest (`caller_of`).
+            body: the exact request body of a `call` (its SHA-256 is bound into the credential).
+            now_s: issue time, wall-clock seconds (default: now; a test mints expired ones).
+            lifetime_s: seconds from `now_s` until it expires.
+        """
+        issued = time.time() if now_s is None else now_s
+        claims: dict[str, object] = {
+            "n": next(self._counter),
+            "exp": int(issued + lifetime_s),
+            "op": operation,
+            "sub": caller,
+            "executionId": execution_id,
+        }
+        if body is not None:
+            claims["bodySha256"] = hashlib.sha256(body).hexdigest()
+        payload = call_auth.b64url(json.dumps(claims, separators=(",", ":")).encode())
+        mac = call_auth.call_mac(self.key, self.session_id, payload)
+        return f"{self.session_id}.{payload}.{call_auth.b64url(mac)}"
+
+
 class WarmCallSigner:
-    """Mints warm-call credentials with one Ed25519 private key.
+    """Opens sessions with warm workers with one Ed25519 private key, and keeps them (one per worker).
 
     Args:
         private_key: the executor's key.
@@ -64,7 +150,9 @@ class WarmCallSigner:
         self.public_pem = (
             private_key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
         )
-        """The public key warm workers check with (`contract.ENV_SERVE_CALL_KEY`); not a secret."""
+        """The public key warm workers check offers with (`contract.ENV_SERVE_CALL_KEY`); not a secret."""
+        self._sessions: dict[tuple[str, str], WarmSession] = {}  # (tool, base URL) → the session, oldest first
+        self._opening: dict[tuple[str, str], asyncio.Future[WarmSession]] = {}
 
     @classmethod
     def from_pem(cls, pem: bytes) -> WarmCallSigner:
@@ -89,40 +177,130 @@ class WarmCallSigner:
         raw = self._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
         return hmac.new(raw, b"mcp-tasks warm worker tokens", hashlib.sha256).digest()
 
-    def mint(
+    def offer(
         self,
         tool: str,
-        execution_id: str,
-        operation: str,
-        caller: str,
-        body: bytes | None = None,
+        base_url: str,
+        worker_key: str,
         now_s: float | None = None,
-        lifetime_s: float = LIFETIME_S,
-    ) -> str:
-        """One credential (a JWT, EdDSA; claims in `contract.PATH_CALLS`).
+        lifetime_s: float = SESSION_LIFETIME_S,
+    ) -> tuple[WarmSession, str]:
+        """A new session with the worker whose X25519 public key is `worker_key`, and the signed offer that
+        opens it there (a JWT, EdDSA; claims in `contract.PATH_SESSIONS`). Nothing is sent.
 
         Args:
-            tool: the tool whose workers may take it (the audience).
-            execution_id: the call it addresses.
-            operation: `call`, `reattach` or `cancel` (`contract.CALL_OPERATIONS`).
-            caller: the principal's digest (`caller_of`).
-            body: the exact request body of a `call` (its SHA-256 is bound into the credential).
-            now_s: issue time, wall-clock seconds (default: now; a test mints expired ones).
-            lifetime_s: seconds from `now_s` until it expires.
+            tool: the tool the worker serves (the audience).
+            base_url: where the worker is (kept with the session).
+            worker_key: base64url of the worker's key (its `GET /v1/sessions`).
+            now_s: issue time, wall-clock seconds (default: now; a test makes expired ones).
+            lifetime_s: seconds from `now_s` until the session ends.
+
+        Raises:
+            ValueError: `worker_key` is not a base64url X25519 public key (32 bytes).
         """
+        audience = contract.CALL_AUDIENCE_PREFIX + tool
+        ephemeral = X25519PrivateKey.generate()  # one per session: its key is known to no other session
+        executor_key = call_auth.b64url(ephemeral.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
+        session_id = secrets.token_urlsafe(16)
+        shared = ephemeral.exchange(X25519PublicKey.from_public_bytes(call_auth.b64url_decode(worker_key)))
+        info = call_auth.session_key_info(audience, session_id, worker_key, executor_key)
         issued = time.time() if now_s is None else now_s
-        claims: dict[str, object] = {
-            "aud": contract.CALL_AUDIENCE_PREFIX + tool,
+        expires_at = int(issued + lifetime_s)
+        claims = {
+            "aud": audience,
             "iat": int(issued),
-            "exp": int(issued + lifetime_s),
-            "jti": secrets.token_urlsafe(16),
-            "sub": caller,
-            "op": operation,
-            "executionId": execution_id,
+            "exp": expires_at,
+            "jti": session_id,
+            "op": contract.SESSION_OPERATION,
+            "workerKey": worker_key,
+            "executorKey": executor_key,
         }
-        if body is not None:
-            claims["bodySha256"] = hashlib.sha256(body).hexdigest()
-        return jwt.encode(claims, self._key, algorithm=call_auth.ALGORITHM)
+        session = WarmSession(tool, base_url, session_id, call_auth.derive_session_key(shared, info), expires_at)
+        return session, jwt.encode(claims, self._key, algorithm=call_auth.ALGORITHM)
+
+    async def open_session(
+        self, http: aiohttp.ClientSession, base_url: str, tool: str, options: Options | None = None
+    ) -> WarmSession:
+        """Open a new session on the worker at `base_url` (`GET` then `POST /v1/sessions`); not kept.
+
+        Raises:
+            SessionUnavailable: the worker is unreachable, does not answer in `SESSION_OPEN_TIMEOUT_S`, or
+                refuses the offer.
+        """
+        url = base_url + contract.PATH_SESSIONS
+        extra = dict(options or {})
+        try:
+            async with asyncio.timeout(SESSION_OPEN_TIMEOUT_S):
+                async with http.get(url, **extra) as response:
+                    answer = await response.json(content_type=None) if response.status == 200 else None
+                worker_key = answer.get("workerKey") if isinstance(answer, dict) else None
+                if not isinstance(worker_key, str):
+                    raise SessionUnavailable(
+                        f"{url} answered {response.status} without a workerKey: not a warm worker of this version",
+                        refused=True,
+                    )
+                try:
+                    session, offer = self.offer(tool, base_url, worker_key)
+                except ValueError:
+                    raise SessionUnavailable(f"{url}: its workerKey is not an X25519 key", refused=True) from None
+                async with http.post(url, headers={"Authorization": f"Bearer {offer}"}, **extra) as response:
+                    await response.read()
+                    if response.status != 204:
+                        raise SessionUnavailable(
+                            f"the warm worker {base_url} refused the session ({response.status}): it checks "
+                            "another warm-call key (MCPTASKS_WARM_CALL_KEY_FILE) or serves another tool",
+                            refused=True,
+                        )
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            raise SessionUnavailable(f"no session with the warm worker {base_url}: {exc!r}", refused=False) from exc
+        return session
+
+    async def session(
+        self, http: aiohttp.ClientSession, base_url: str, tool: str, options: Options | None = None
+    ) -> WarmSession:
+        """The session with the worker at `base_url`: the one kept, or a new one when it has less than
+        `SESSION_RENEW_S` left or there is none (concurrent requests share one opening).
+
+        Raises:
+            SessionUnavailable: as `open_session`.
+        """
+        key = (tool, base_url)
+        kept = self._sessions.get(key)
+        if kept is not None and kept.expires_at - time.time() > SESSION_RENEW_S:
+            return kept
+        opening = self._opening.get(key)
+        if opening is None:
+            opening = asyncio.get_running_loop().create_task(
+                self._open_and_keep(key, http, options), name=f"warm-session-{tool}"
+            )
+            self._opening[key] = opening
+            opening.add_done_callback(lambda done: self._opened(key, done))
+        return await asyncio.shield(opening)  # one caller's cancel does not cancel the others' opening
+
+    async def _open_and_keep(
+        self, key: tuple[str, str], http: aiohttp.ClientSession, options: Options | None
+    ) -> WarmSession:
+        tool, base_url = key
+        session = await self.open_session(http, base_url, tool, options)
+        self._sessions.pop(key, None)  # re-inserted last: the dict stays in opening order
+        self._sessions[key] = session
+        while len(self._sessions) > MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]  # the oldest: O(1), never a scan
+        return session
+
+    def _opened(self, key: tuple[str, str], done: asyncio.Future[WarmSession]) -> None:
+        if self._opening.get(key) is done:
+            del self._opening[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter got it already
+
+    def forget(self, session: WarmSession) -> None:
+        """Drop `session` (its worker refused a credential of it: it restarted, or forgot it); the next
+        request to that worker opens a new one. A newer session kept for the worker stays.
+        """
+        key = (session.tool, session.base_url)
+        if self._sessions.get(key) is session:
+            del self._sessions[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +312,35 @@ class CallAuth:
     execution_id: str
     caller: str
 
-    def headers(self, operation: str, body: bytes | None = None) -> dict[str, str]:
-        """The `Authorization` header of one request, with a credential minted now."""
-        token = self.signer.mint(self.tool, self.execution_id, operation, self.caller, body)
-        return {"Authorization": f"Bearer {token}"}
+    async def request(
+        self,
+        http: aiohttp.ClientSession,
+        method: str,
+        base_url: str,
+        path: str,
+        operation: str,
+        body: bytes | None = None,
+        options: Options | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request to the worker at `base_url` with a credential minted now; the response (the
+        caller reads and releases it, e.g. `async with`).
+
+        A 401 (the worker restarted with a new session key, or forgot the session) is sent once more on a
+        new session: a worker answers 401 before it reads the body or touches a call, so nothing ran.
+
+        Raises:
+            SessionUnavailable: no session could be opened (nothing was sent that could run).
+            aiohttp.ClientError, OSError: the request failed.
+        """
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        extra = dict(options or {})
+        for last in (False, True):
+            session = await self.signer.session(http, base_url, self.tool, options)
+            token = session.credential(operation, self.execution_id, self.caller, body)
+            headers["Authorization"] = f"Bearer {token}"
+            response = await http.request(method, base_url + path, data=body, headers=headers, **extra)
+            if response.status != 401 or last:
+                return response
+            response.release()
+            self.signer.forget(session)
+        raise AssertionError("unreachable")

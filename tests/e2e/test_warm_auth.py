@@ -21,7 +21,19 @@ from mcp_tasks.runner.warm_pool import WarmPool
 from mcp_tasks.runtime import contract
 from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, until
 from tests.controlplane.cluster import free_port
-from tests.warm_attacks import CALLER, UNAUTHORIZED, bearer, call_body, health, post, refused_requests, squat
+from tests.warm_attacks import (
+    CALLER,
+    UNAUTHORIZED,
+    Answer,
+    bearer,
+    call_body,
+    health,
+    post,
+    post_offer,
+    refused_requests,
+    squat,
+    worker_key,
+)
 
 TOOL = "warm_sleeper_idempotent"  # one worker, one slot, not stopped when idle during a test
 
@@ -39,8 +51,10 @@ async def a_worker(mcp: McpHttp, embedded: Embedded) -> str:
 async def test_outsiders_calls_cancels_and_reattaches_are_refused_before_the_tool_runs(
     mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    """Unauthenticated, malformed, forged (another key), expired, other-tool, other-call, other-body, wrong
-    operation and doubled credentials: 401 with a short body that echoes nothing; the tool never ran."""
+    """Unauthenticated, malformed, forged (a guessed session key), unknown-session, expired, too long-lived,
+    other-call, other-body, wrong-operation and doubled credentials, and session offers that are forged,
+    for another tool or worker, expired, too long or replayed: 401 with a short body that echoes nothing;
+    the tool never ran."""
     base_url = await a_worker(mcp, embedded)
     marker = tmp_path / "outsider-ran"
     answers = await refused_requests(http_session, base_url, embedded.runner.ctx.signer, TOOL, marker)
@@ -55,7 +69,8 @@ async def test_a_call_minted_by_the_runner_runs_once_and_its_credential_cannot_b
     base_url = await a_worker(mcp, embedded)
     marker = tmp_path / "legit-ran"
     body = call_body(TOOL, "legit-1", marker)
-    token = embedded.runner.ctx.signer.mint(TOOL, "legit-1", "call", CALLER, body)
+    warm = await embedded.runner.ctx.signer.open_session(http_session, base_url, TOOL)
+    token = warm.credential("call", "legit-1", CALLER, body)
     answer = await post(http_session, base_url, body, bearer(token))
     assert (answer.status, answer.body["event"]) == (200, "result")
     assert marker.exists()
@@ -63,6 +78,51 @@ async def test_a_call_minted_by_the_runner_runs_once_and_its_credential_cannot_b
     replay = await post(http_session, base_url, body, bearer(token))
     assert (replay.status, replay.body) == (401, UNAUTHORIZED)
     assert not marker.exists(), "a replayed credential ran the tool again"
+
+
+async def test_a_session_opened_on_one_worker_authorizes_nothing_on_another(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Two workers of the same tool checking the same executor key: a credential of a session opened on
+    the first, and the very offer that opened it, are refused by the second (401, the tool never ran
+    there); the first runs the call. Our choice (docs/security.md, Warm workers): a session key is derived
+    with the worker's own key, so a worker (or a tool inside it) holds nothing that works on another."""
+    first = await a_worker(mcp, embedded)
+    signer = embedded.runner.ctx.signer
+    port = free_port()
+    second = f"http://127.0.0.1:{port}"
+    env = {
+        "PATH": os.environ["PATH"],
+        contract.ENV_SERVE_PORT: str(port),
+        contract.ENV_SERVE_HOST: "127.0.0.1",
+        contract.ENV_SERVE_TOOL: TOOL,
+        contract.ENV_SERVE_CALL_KEY: signer.public_pem,
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "tools.py", "warm_sleeper", cwd=REPO / "tests" / "tools", env=env
+    )
+    try:
+
+        async def second_ready() -> bool:
+            try:
+                return (await health(http_session, second)).status == 200
+            except aiohttp.ClientConnectionError:
+                return False  # not listening yet
+
+        await until(second_ready)
+        warm, offer = signer.offer(TOOL, first, await worker_key(http_session, first))
+        assert (await post_offer(http_session, first, offer)).status == 204
+        marker = tmp_path / "elsewhere-ran"
+        body = call_body(TOOL, "elsewhere-1", marker)
+        elsewhere = await post(http_session, second, body, bearer(warm.credential("call", "elsewhere-1", CALLER, body)))
+        assert (elsewhere.status, elsewhere.body) == (401, UNAUTHORIZED)
+        assert (await post_offer(http_session, second, offer)) == Answer(401, UNAUTHORIZED)
+        assert not marker.exists(), "the other worker ran the call"
+        here = await post(http_session, first, body, bearer(warm.credential("call", "elsewhere-1", CALLER, body)))
+        assert (here.status, here.body["event"]) == (200, "result") and marker.exists()
+    finally:
+        process.terminate()
+        await process.wait()
 
 
 async def test_outsiders_cannot_squat_the_slots(
@@ -84,23 +144,23 @@ async def test_only_the_calls_caller_may_cancel_or_reattach_to_it(
     """A validly signed cancel or re-attach naming another caller finds no call (404, as for an unknown
     one); the call's own caller cancels it."""
     base_url = await a_worker(mcp, embedded)
-    signer = embedded.runner.ctx.signer
+    warm = await embedded.runner.ctx.signer.open_session(http_session, base_url, TOOL)
     marker = tmp_path / "long-ran"
     body = call_body(TOOL, "long-1", marker, seconds=30)
     running = asyncio.create_task(
-        post(http_session, base_url, body, bearer(signer.mint(TOOL, "long-1", "call", CALLER, body)))
+        post(http_session, base_url, body, bearer(warm.credential("call", "long-1", CALLER, body)))
     )
     try:
         await until(marker.exists)
         url = f"{base_url}{contract.PATH_CALLS}/long-1"
-        other = bearer(signer.mint(TOOL, "long-1", "cancel", "b" * 32))
+        other = bearer(warm.credential("cancel", "long-1", "b" * 32))
         async with http_session.delete(url, headers={"Authorization": other[0]}) as response:
             assert response.status == 404
-        other = bearer(signer.mint(TOOL, "long-1", "reattach", "b" * 32))
+        other = bearer(warm.credential("reattach", "long-1", "b" * 32))
         async with http_session.get(url + "?waitSeconds=0", headers={"Authorization": other[0]}) as response:
             assert response.status == 404
         assert (await health(http_session, base_url)).body["calls"] == 1
-        own = bearer(signer.mint(TOOL, "long-1", "cancel", CALLER))
+        own = bearer(warm.credential("cancel", "long-1", CALLER))
         async with http_session.delete(url, headers={"Authorization": own[0]}) as response:
             assert response.status == 202
         answer = await asyncio.wait_for(running, 10)

@@ -65,16 +65,13 @@ async def test_a_warm_worker_over_tls_runs_verified_calls_and_stops_one_whose_ca
                 async with session.get(f"http://127.0.0.1:{port}{contract.PATH_HEALTH}"):
                     pass
 
-            def signed(execution_id: str, data: bytes) -> list[tuple[str, str]]:
-                token = signer.mint(TOOL, execution_id, "call", CALLER, data)
-                return [("Content-Type", "application/json"), *[("Authorization", v) for v in bearer(token)]]
-
+            warm = await signer.open_session(session, base_url, TOOL, peer.request_options())
             done_marker = tmp_path / "quick-ran"  # detachable (a task's run): its caller is watched while it runs
             detachable = {**json.loads(call_body(TOOL, "quick", done_marker, seconds=0.5)), "detachSeconds": 5}
             body = json.dumps(detachable).encode()
             headers = [
                 ("Content-Type", "application/json"),
-                *[("Authorization", v) for v in bearer(signer.mint(TOOL, "quick", "call", CALLER, body))],
+                *[("Authorization", v) for v in bearer(warm.credential("call", "quick", CALLER, body))],
             ]
             async with session.post(
                 base_url + contract.PATH_CALLS, data=body, headers=headers, **peer.request_options()
@@ -87,7 +84,7 @@ async def test_a_warm_worker_over_tls_runs_verified_calls_and_stops_one_whose_ca
             body = call_body(TOOL, "long", started, seconds=60)
             headers = [
                 ("Content-Type", "application/json"),
-                *[("Authorization", v) for v in bearer(signer.mint(TOOL, "long", "call", CALLER, body))],
+                *[("Authorization", v) for v in bearer(warm.credential("call", "long", CALLER, body))],
             ]
 
             async def long_call() -> None:

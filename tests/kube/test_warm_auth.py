@@ -77,5 +77,6 @@ async def test_a_warm_pod_refuses_outsiders_and_serves_the_gateway_and_the_opera
     # and a call minted with the operator's key, sent directly, runs once
     legit = tmp_path / "legit-ran"
     body = call_body(TOOL, "legit-1", legit)
-    answer = await post(http_session, base_url, body, bearer(signer.mint(TOOL, "legit-1", "call", CALLER, body)))
+    warm = await signer.open_session(http_session, base_url, TOOL)
+    answer = await post(http_session, base_url, body, bearer(warm.credential("call", "legit-1", CALLER, body)))
     assert (answer.status, answer.body["event"]) == (200, "result") and legit.exists()
