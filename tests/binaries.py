@@ -247,11 +247,15 @@ def find(name: str) -> Path:
         problem = _check(program, Path(on_path))
         if problem is None:
             return Path(on_path)
-        passed_over.append(f"passed over on PATH: {problem}")
+        passed_over.append(f"Passed over on PATH: {problem}.")
     built = _cached(program)
     if built is not None:
         return built
-    raise BinaryUnavailable("; ".join([f"{name} ({program.needed}) is not found here: {program.how}", *passed_over]))
+    raise BinaryUnavailable(
+        " ".join(
+            [f"{name} is not found here; the tests need {program.needed}. To get it, {program.how}.", *passed_over]
+        )
+    )
 
 
 def gathered(binaries: dict[str, Path]) -> Path:

@@ -67,7 +67,7 @@ def test_path_is_looked_at_after_the_variable_and_another_version_there_is_passe
     with pytest.raises(binaries.BinaryUnavailable) as missing:
         binaries.find("hydra")
     assert "run `bash tests/identity/build.sh`" in str(missing.value)
-    assert f"passed over on PATH: {tmp_path / 'old' / 'hydra'} is version 1.11.10; the tests need ory hydra 2.3" in str(
+    assert f"Passed over on PATH: {tmp_path / 'old' / 'hydra'} is version 1.11.10; the tests need ory hydra 2.3" in str(
         missing.value
     )
 
