@@ -1,24 +1,30 @@
 """Authenticated warm workers on the embedded default: real worker processes of the test tools, called over
 real sockets by an outsider (any local process can reach their loopback port) and by the runner.
 
-Our choice (issue 21 item 1; docs/security.md, docs/tool-runtime.md §Warm workers): every call,
-re-attach and cancel carries a credential the runner mints with its warm-call key; a worker refuses
-anything else with 401 before any tool code runs (asserted through the file `warm_sleeper` creates when
-it runs), so no outsider takes a slot; `/healthz` stays open.
+Our choice (issue 21 item 1, issue 31 item 1; docs/security.md, docs/tool-runtime.md §Warm workers): every
+call, re-attach and cancel carries a credential keyed with a session the runner opened on that worker with
+its warm-call key; a worker refuses anything else with 401 before any tool code runs (asserted through the
+file `warm_sleeper` creates when it runs), so no outsider takes a slot; `/healthz` stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import stat
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 
+from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.warm_pool import WarmPool
 from mcp_tasks.runtime import contract
+from mcp_tasks.worker.warm import WarmTarget, send_call
+from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, new_private_pem
 from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, until
 from tests.controlplane.cluster import free_port
 from tests.warm_attacks import (
@@ -36,6 +42,35 @@ from tests.warm_attacks import (
 )
 
 TOOL = "warm_sleeper_idempotent"  # one worker, one slot, not stopped when idle during a test
+
+
+@contextlib.asynccontextmanager
+async def a_lone_worker(http_session: aiohttp.ClientSession, port: int, public_pem: str) -> AsyncIterator[str]:
+    """A worker of `TOOL` on `port` that checks offers with `public_pem`, started and stopped here; its URL."""
+    base_url = f"http://127.0.0.1:{port}"
+    env = {
+        "PATH": os.environ["PATH"],
+        contract.ENV_SERVE_PORT: str(port),
+        contract.ENV_SERVE_HOST: "127.0.0.1",
+        contract.ENV_SERVE_TOOL: TOOL,
+        contract.ENV_SERVE_CALL_KEY: public_pem,
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "tools.py", "warm_sleeper", cwd=REPO / "tests" / "tools", env=env
+    )
+    try:
+
+        async def ready() -> bool:
+            try:
+                return (await health(http_session, base_url)).status == 200
+            except aiohttp.ClientConnectionError:
+                return False  # not listening yet
+
+        await until(ready)
+        yield base_url
+    finally:
+        process.terminate()
+        await process.wait()
 
 
 async def a_worker(mcp: McpHttp, embedded: Embedded) -> str:
@@ -89,27 +124,7 @@ async def test_a_session_opened_on_one_worker_authorizes_nothing_on_another(
     with the worker's own key, so a worker (or a tool inside it) holds nothing that works on another."""
     first = await a_worker(mcp, embedded)
     signer = embedded.runner.ctx.signer
-    port = free_port()
-    second = f"http://127.0.0.1:{port}"
-    env = {
-        "PATH": os.environ["PATH"],
-        contract.ENV_SERVE_PORT: str(port),
-        contract.ENV_SERVE_HOST: "127.0.0.1",
-        contract.ENV_SERVE_TOOL: TOOL,
-        contract.ENV_SERVE_CALL_KEY: signer.public_pem,
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "tools.py", "warm_sleeper", cwd=REPO / "tests" / "tools", env=env
-    )
-    try:
-
-        async def second_ready() -> bool:
-            try:
-                return (await health(http_session, second)).status == 200
-            except aiohttp.ClientConnectionError:
-                return False  # not listening yet
-
-        await until(second_ready)
+    async with a_lone_worker(http_session, free_port(), signer.public_pem) as second:
         warm, offer = signer.offer(TOOL, first, await worker_key(http_session, first))
         assert (await post_offer(http_session, first, offer)).status == 204
         marker = tmp_path / "elsewhere-ran"
@@ -120,9 +135,35 @@ async def test_a_session_opened_on_one_worker_authorizes_nothing_on_another(
         assert not marker.exists(), "the other worker ran the call"
         here = await post(http_session, first, body, bearer(warm.credential("call", "elsewhere-1", CALLER, body)))
         assert (here.status, here.body["event"]) == (200, "result") and marker.exists()
-    finally:
-        process.terminate()
-        await process.wait()
+
+
+async def test_a_worker_restarted_at_the_same_address_gets_a_new_session_and_runs_the_call_once(
+    http_session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The executor's kept session dies with its worker: the restarted one answers 401, and the executor
+    opens a new session and sends the call once more (nothing ran on the 401). Our choice
+    (`worker.warm_auth.CallAuth.request`)."""
+    signer = WarmCallSigner.from_pem(new_private_pem())
+    port = free_port()
+    target = WarmTarget(f"http://127.0.0.1:{port}")
+    events: list[JsonObject] = []
+
+    async def on_event(event: JsonObject) -> None:
+        events.append(event)
+
+    async def one_call(execution_id: str, marker: Path) -> JsonObject:
+        body = json.loads(call_body(TOOL, execution_id, marker))
+        return await send_call(http_session, target, body, on_event, CallAuth(signer, TOOL, execution_id, CALLER))
+
+    async with a_lone_worker(http_session, port, signer.public_pem):
+        assert (await one_call("before-1", tmp_path / "before"))["event"] == "result"
+        before = await signer.session(http_session, target.base_url, TOOL)
+    async with a_lone_worker(http_session, port, signer.public_pem):
+        marker = tmp_path / "after"
+        assert (await one_call("after-1", marker))["event"] == "result"
+        assert marker.exists()
+        after = await signer.session(http_session, target.base_url, TOOL)
+    assert after.session_id != before.session_id
 
 
 async def test_outsiders_cannot_squat_the_slots(
