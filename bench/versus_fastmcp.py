@@ -498,7 +498,7 @@ def profile_phases(args: argparse.Namespace, tmp: Path, fastmcp_python: Path, cp
     }
     for name, phase in phases.items():
         stats_file = tmp / f"{name}.prof"
-        with servers(tmp, fastmcp_python, cpus, stats_file) as urls:
+        with servers(tmp, fastmcp_python, cpus, stats_file, tree=args.tree) as urls:
 
             async def drive(url: str = urls[OURS], phase: Any = phase) -> None:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CLIENTS)) as session:
