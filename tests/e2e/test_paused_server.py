@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 
 from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.runtime import contract
 from mcp_tasks.store.sqlite import SqliteTaskStore
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import exited, until
@@ -40,6 +42,23 @@ def _holder_pid(record: TaskRecord) -> int | None:
     return None if record.lease is None else int(record.lease.holder.split(":")[1])
 
 
+def _worker_credentials(pid: int) -> tuple[str, str]:
+    """The worker API URL of a tool process's run and its token, from its environment (the run's contract)."""
+    variables = dict(
+        entry.split(b"=", 1) for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in entry
+    )
+    return variables[contract.ENV_WORKER_URL.encode()].decode(), variables[contract.ENV_WORKER_TOKEN.encode()].decode()
+
+
+STALE_REPORTS: Final = (
+    (contract.PATH_STATUS, {"statusMessage": "stale status"}),
+    (contract.PATH_PROGRESS, {"progress": 99, "total": 100, "message": "stale progress"}),
+    (contract.PATH_INPUT_REQUESTS, {"inputRequests": {"late": {"method": "elicitation/create", "params": {}}}}),
+    (contract.PATH_RESULT, {"result": {"content": [{"type": "text", "text": "the stale run's result"}]}}),
+)
+"""What a stale run might still send A once A wakes: a status, progress, a round of input, its result."""
+
+
 def _tool_pid(record: TaskRecord) -> int | None:
     """The pid of the tool process running `record`'s leased attempt, once its runner recorded it."""
     running = None if record.lease is None else record.lease.process
@@ -54,8 +73,10 @@ async def test_a_server_paused_past_its_lease_never_writes_over_the_runs_that_re
     tool, two of one that is not); it is frozen past its lease; server B, on the same data folder, stops A's
     tool processes (A cannot), runs the idempotent tasks again and fails the others with the outcome unknown.
     A is woken while B's re-runs are still running, so each of A's supervisors finds its tool killed
-    ("exited with code -15") and would record that outcome: none lands. Once A has stopped altogether, the
-    re-runs finish, and each task ends with its re-run's real result; the failed ones stay as B decided."""
+    ("exited with code -15") and would record that outcome: none lands, nor anything A's killed runs
+    report late with their own credentials (status, progress, input requests, result). Once A has stopped
+    altogether, the re-runs finish, and each task ends with its re-run's real result; the failed ones stay as
+    B decided."""
     data_dir = tmp_path / "data"
     gate = tmp_path / "gate"
     # Leases of 3 s (renewed each second): a loaded machine's lag never lets them lapse unpaused.
@@ -78,6 +99,7 @@ async def test_a_server_paused_past_its_lease_never_writes_over_the_runs_that_re
         a_tools = {task_id: _tool_pid(record) for task_id, record in on_a.items()}
         for task_id, pid in a_tools.items():
             assert tool_pids(task_id) == [pid], "one tool process per task, A's"
+        stale_runs = {task_id: _worker_credentials(pid) for task_id, pid in a_tools.items() if pid is not None}
 
         # B starts only now, so that A alone claimed the round (B finds A's leases live, and waits).
         mcp_b = client(http_session, await server_b.start())
@@ -116,6 +138,12 @@ async def test_a_server_paused_past_its_lease_never_writes_over_the_runs_that_re
             return all(any(task_id in line for line in lines) for task_id in idempotent)
 
         await until(a_acted_on_each, timeout_s=WAIT_S, interval_s=0.1)
+        for task_id in idempotent:  # A's stale runs report late, with their own credentials: A takes none of it
+            url, token = stale_runs[task_id]
+            for path, report in STALE_REPORTS:
+                headers = {"Authorization": f"Bearer {token}"}
+                async with http_session.post(url + path, json=report, headers=headers) as response:
+                    assert response.status in (404, 409), (path, response.status, await response.text())
         await server_a.stop()  # SIGTERM: whatever A still supervised is decided (or left) by its shutdown rule
 
         after_a = await _records(data_dir, task_ids)
@@ -123,6 +151,8 @@ async def test_a_server_paused_past_its_lease_never_writes_over_the_runs_that_re
             record = after_a[task_id]
             assert record.status is TaskStatus.WORKING and record.attempt == 2, record
             assert _holder_pid(record) == b_pid and record.result is None, record
+            assert record.status_message == "waiting for the gate" and record.progress is None, record
+            assert not record.input_requests, record
         for task_id in others:
             assert after_a[task_id].status is TaskStatus.FAILED and after_a[task_id].attempt == 1
             assert after_a[task_id].error == decided_by_b[task_id].error
