@@ -9,6 +9,11 @@ the session key; `WarmSession.credential` then binds each request, for a few mic
 counter and, for a call, the exact body. Held by whoever sends warm calls: the embedded runner; on
 Kubernetes the operator (tasks) and the gateways (synchronous calls). The key is never the gateways'
 request-state key. Nothing here logs a credential or key.
+
+A worker whose runtime predates sessions (a tool image built before them: it answers 404 to
+`GET /v1/sessions`) is sent the previous scheme's credential instead, one signed JWT per request
+(`LegacyWorker`, `WarmCallSigner.legacy_credential`), so an upgrade of mcp-tasks does not stop warm
+tools whose images were not rebuilt.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import logging
 import secrets
 import time
 from collections.abc import Mapping
@@ -51,7 +57,12 @@ SESSION_OPEN_TIMEOUT_S: Final = 10.0
 MAX_SESSIONS: Final = 4096
 """Sessions one executor process keeps at most (one per warm worker it calls); past this many the oldest
 is dropped (a later request to that worker opens a new one)."""
+LEGACY_RECHECK_S: Final = 3600
+"""How long a worker found to predate sessions is taken as such, in seconds; then the next request asks it
+again (as does a 401 from it: its address may now serve a rebuilt image)."""
 _NO_PRINCIPAL: Final = "executor"
+
+logger = logging.getLogger("mcp_tasks.worker")
 
 Options = Mapping[str, Any]
 """Extra aiohttp request arguments for a worker (`WarmTarget.request_options`: its TLS verification)."""
@@ -67,6 +78,10 @@ class SessionUnavailable(Exception):
     def __init__(self, message: str, refused: bool) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+class OlderRuntime(SessionUnavailable):
+    """The worker answered 404 to `GET /v1/sessions`: its runtime predates sessions (`LegacyWorker`)."""
 
 
 def new_private_pem() -> bytes:
@@ -104,6 +119,11 @@ class WarmSession:
     expires_at: float
     _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
+    @property
+    def renew_at(self) -> float:
+        """Wall-clock seconds from which the next request opens a new session first (`SESSION_RENEW_S`)."""
+        return self.expires_at - SESSION_RENEW_S
+
     def credential(
         self,
         operation: str,
@@ -138,6 +158,33 @@ class WarmSession:
         return f"{self.session_id}.{payload}.{call_auth.b64url(mac)}"
 
 
+@dataclass(slots=True, eq=False)
+class LegacyWorker:
+    """A warm worker whose runtime predates sessions: each request to it carries a JWT of its own
+    (`WarmCallSigner.legacy_credential`), what that runtime checks.
+
+    Fields:
+        signer: the signer that mints them.
+        tool: the tool the worker serves.
+        base_url: the worker's `http(s)://host:port`.
+        renew_at: wall-clock seconds from which the next request asks the worker again whether it opens
+            sessions (`LEGACY_RECHECK_S`).
+    """
+
+    signer: WarmCallSigner = field(repr=False)
+    tool: str
+    base_url: str
+    renew_at: float
+
+    def credential(self, operation: str, execution_id: str, caller: str, body: bytes | None = None) -> str:
+        """One request's credential, as `WarmSession.credential`'s but in the previous scheme."""
+        return self.signer.legacy_credential(self.tool, execution_id, operation, caller, body)
+
+
+Keying = WarmSession | LegacyWorker
+"""What keys the credentials of the requests to one warm worker: a session, or, for an older runtime, none."""
+
+
 class WarmCallSigner:
     """Opens sessions with warm workers with one Ed25519 private key, and keeps them (one per worker).
 
@@ -151,8 +198,9 @@ class WarmCallSigner:
             private_key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
         )
         """The public key warm workers check offers with (`contract.ENV_SERVE_CALL_KEY`); not a secret."""
-        self._sessions: dict[tuple[str, str], WarmSession] = {}  # (tool, base URL) → the session, oldest first
-        self._opening: dict[tuple[str, str], asyncio.Future[WarmSession]] = {}
+        self._sessions: dict[tuple[str, str], Keying] = {}  # (tool, base URL) → the session, oldest first
+        self._opening: dict[tuple[str, str], asyncio.Future[Keying]] = {}
+        self._told_older: dict[tuple[str, str], None] = {}  # workers logged as older runtimes, oldest first
 
     @classmethod
     def from_pem(cls, pem: bytes) -> WarmCallSigner:
@@ -224,6 +272,7 @@ class WarmCallSigner:
         """Open a new session on the worker at `base_url` (`GET` then `POST /v1/sessions`); not kept.
 
         Raises:
+            OlderRuntime: the worker answered 404 to the `GET`: it takes `legacy_credential`s instead.
             SessionUnavailable: the worker is unreachable, does not answer in `SESSION_OPEN_TIMEOUT_S`, or
                 refuses the offer.
         """
@@ -233,6 +282,8 @@ class WarmCallSigner:
             async with asyncio.timeout(SESSION_OPEN_TIMEOUT_S):
                 async with http.get(url, **extra) as response:
                     answer = await response.json(content_type=None) if response.status == 200 else None
+                if response.status == 404:
+                    raise OlderRuntime(f"{url} answered 404: a runtime from before sessions", refused=True)
                 worker_key = answer.get("workerKey") if isinstance(answer, dict) else None
                 if not isinstance(worker_key, str):
                     raise SessionUnavailable(
@@ -257,16 +308,17 @@ class WarmCallSigner:
 
     async def session(
         self, http: aiohttp.ClientSession, base_url: str, tool: str, options: Options | None = None
-    ) -> WarmSession:
+    ) -> Keying:
         """The session with the worker at `base_url`: the one kept, or a new one when it has less than
-        `SESSION_RENEW_S` left or there is none (concurrent requests share one opening).
+        `SESSION_RENEW_S` left or there is none (concurrent requests share one opening). A worker that
+        answers 404 (`OlderRuntime`) is kept as a `LegacyWorker` for `LEGACY_RECHECK_S`, and logged once.
 
         Raises:
-            SessionUnavailable: as `open_session`.
+            SessionUnavailable: as `open_session` (never `OlderRuntime`).
         """
         key = (tool, base_url)
         kept = self._sessions.get(key)
-        if kept is not None and kept.expires_at - time.time() > SESSION_RENEW_S:
+        if kept is not None and time.time() < kept.renew_at:
             return kept
         opening = self._opening.get(key)
         if opening is None:
@@ -279,28 +331,95 @@ class WarmCallSigner:
 
     async def _open_and_keep(
         self, key: tuple[str, str], http: aiohttp.ClientSession, options: Options | None
-    ) -> WarmSession:
+    ) -> Keying:
         tool, base_url = key
-        session = await self.open_session(http, base_url, tool, options)
+        session: Keying
+        try:
+            session = await self.open_session(http, base_url, tool, options)
+        except OlderRuntime:
+            session = LegacyWorker(self, tool, base_url, time.time() + LEGACY_RECHECK_S)
+            self._tell_older(key)
         self._sessions.pop(key, None)  # re-inserted last: the dict stays in opening order
         self._sessions[key] = session
         while len(self._sessions) > MAX_SESSIONS:
             del self._sessions[next(iter(self._sessions))]  # the oldest: O(1), never a scan
         return session
 
-    def _opened(self, key: tuple[str, str], done: asyncio.Future[WarmSession]) -> None:
+    def _tell_older(self, key: tuple[str, str]) -> None:
+        """Log, once per worker, that it runs an older runtime and what that costs."""
+        if key in self._told_older:
+            return
+        self._told_older[key] = None
+        while len(self._told_older) > MAX_SESSIONS:
+            del self._told_older[next(iter(self._told_older))]
+        tool, base_url = key
+        logger.warning(
+            "warm worker %s of tool %s runs a tool runtime from before warm-call sessions (404 on %s): its calls "
+            "are signed one by one as that runtime expects, about 0.2 ms more CPU per call; rebuild the tool's "
+            "image with this version of mcp-tasks to drop the cost",
+            base_url,
+            tool,
+            contract.PATH_SESSIONS,
+            extra={"tool": tool},
+        )
+
+    def _opened(self, key: tuple[str, str], done: asyncio.Future[Keying]) -> None:
         if self._opening.get(key) is done:
             del self._opening[key]
         if not done.cancelled():
             done.exception()  # retrieved: every waiter got it already
 
-    def forget(self, session: WarmSession) -> None:
-        """Drop `session` (its worker refused a credential of it: it restarted, or forgot it); the next
-        request to that worker opens a new one. A newer session kept for the worker stays.
+    def forget(self, session: Keying) -> None:
+        """Drop `session` (its worker refused a credential of it: it restarted, or forgot it, or its address
+        now serves another runtime); the next request to that worker opens a new one. A newer session kept
+        for the worker stays.
         """
         key = (session.tool, session.base_url)
         if self._sessions.get(key) is session:
             del self._sessions[key]
+
+    def legacy_credential(
+        self,
+        tool: str,
+        execution_id: str,
+        operation: str,
+        caller: str,
+        body: bytes | None = None,
+        now_s: float | None = None,
+        lifetime_s: float = LIFETIME_S,
+    ) -> str:
+        """One request's credential in the scheme before sessions: a JWT signed with EdDSA (Ed25519), with
+        claims `aud` (`contract.CALL_AUDIENCE_PREFIX` + `tool`), `iat`, `exp`, `jti` (unique: the worker takes
+        a call's once), `sub` (`caller`), `op` (`operation`), `executionId` and, for a call, `bodySha256`
+        (hex SHA-256 of the exact body). About 45 µs here and 150 µs in the worker, per request.
+
+        Only for warm workers whose runtime predates sessions (`LegacyWorker`): tool images built with
+        mcp-tasks before commit 7e24b09 (0.1.0 as of then). It can go, with `LegacyWorker` and `OlderRuntime`,
+        once no supported upgrade starts from such a runtime: the release after the first one that ships
+        sessions, whose notes say warm tool images must be rebuilt.
+
+        Args:
+            tool: the tool whose workers may take it (the audience).
+            execution_id: the call it addresses.
+            operation: `call`, `reattach` or `cancel` (`contract.CALL_OPERATIONS`).
+            caller: the principal's digest (`caller_of`).
+            body: the exact request body of a `call`.
+            now_s: issue time, wall-clock seconds (default: now; a test mints expired ones).
+            lifetime_s: seconds from `now_s` until it expires.
+        """
+        issued = time.time() if now_s is None else now_s
+        claims: dict[str, object] = {
+            "aud": contract.CALL_AUDIENCE_PREFIX + tool,
+            "iat": int(issued),
+            "exp": int(issued + lifetime_s),
+            "jti": secrets.token_urlsafe(16),
+            "sub": caller,
+            "op": operation,
+            "executionId": execution_id,
+        }
+        if body is not None:
+            claims["bodySha256"] = hashlib.sha256(body).hexdigest()
+        return jwt.encode(claims, self._key, algorithm=call_auth.ALGORITHM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,8 +444,9 @@ class CallAuth:
         """Send one request to the worker at `base_url` with a credential minted now; the response (the
         caller reads and releases it, e.g. `async with`).
 
-        A 401 (the worker restarted with a new session key, or forgot the session) is sent once more on a
-        new session: a worker answers 401 before it reads the body or touches a call, so nothing ran.
+        A 401 (the worker restarted with a new session key, or forgot the session, or its address now serves
+        another runtime) is sent once more on a new session (or as `LegacyWorker`, asked again): a worker
+        answers 401 before it reads the body or touches a call, so nothing ran.
 
         Raises:
             SessionUnavailable: no session could be opened (nothing was sent that could run).

@@ -24,7 +24,7 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.warm_pool import WarmPool
 from mcp_tasks.runtime import contract
 from mcp_tasks.worker.warm import WarmTarget, send_call
-from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, new_private_pem
+from mcp_tasks.worker.warm_auth import CallAuth, WarmCallSigner, WarmSession, new_private_pem
 from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, until
 from tests.controlplane.cluster import free_port
 from tests.warm_attacks import (
@@ -163,6 +163,7 @@ async def test_a_worker_restarted_at_the_same_address_gets_a_new_session_and_run
         assert (await one_call("after-1", marker))["event"] == "result"
         assert marker.exists()
         after = await signer.session(http_session, target.base_url, TOOL)
+    assert isinstance(before, WarmSession) and isinstance(after, WarmSession)
     assert after.session_id != before.session_id
 
 
