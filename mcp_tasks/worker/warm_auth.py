@@ -391,7 +391,8 @@ class WarmCallSigner:
         """One request's credential in the scheme before sessions: a JWT signed with EdDSA (Ed25519), with
         claims `aud` (`contract.CALL_AUDIENCE_PREFIX` + `tool`), `iat`, `exp`, `jti` (unique: the worker takes
         a call's once), `sub` (`caller`), `op` (`operation`), `executionId` and, for a call, `bodySha256`
-        (hex SHA-256 of the exact body). About 45 µs here and 150 µs in the worker, per request.
+        (hex SHA-256 of the exact body). About 55 µs here and 180 µs in the worker per request, against
+        9 and 13 µs with a session (docs/performance.md).
 
         Only for warm workers whose runtime predates sessions (`LegacyWorker`): tool images built with
         mcp-tasks before commit 7e24b09 (0.1.0 as of then). It can go, with `LegacyWorker` and `OlderRuntime`,
