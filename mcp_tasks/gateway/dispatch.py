@@ -92,7 +92,7 @@ class Route(Generic[P]):
 
 _TASK_PARAMS: Final = validated(TaskRequestParams)
 
-ROUTES: Final[tuple[Route[Any], ...]] = (  # Any: each row's own P is checked where the row is written
+ROUTES: Final = (  # not annotated `tuple[Route[Any], ...]`: so mypy checks each row's parser against its handler
     Route(constants.METHOD_DISCOVER, NoParams.parse, discovery.discover, MODERN),
     Route(constants.METHOD_TOOLS_LIST, PageParams.parse, discovery.list_tools, MODERN),
     Route(constants.METHOD_TOOLS_LIST, PageParams.parse, legacy.list_tools, LEGACY),
