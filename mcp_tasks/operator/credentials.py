@@ -15,9 +15,12 @@ Jobs, and no access to Secrets at all (docs/kubernetes.md).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from kubernetes_asyncio.client import ApiClient
@@ -25,8 +28,10 @@ from kubernetes_asyncio.client import ApiClient
 from mcp_tasks.operator.jobs import WORKER_TOKEN_AUDIENCE, object_name
 from mcp_tasks.operator.labels import TASK_ID_LABEL
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
-from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
-from mcp_tasks.tasks.interfaces import ToolCatalog
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import IllegalTransition, StoreUnavailable, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.interfaces import Clock, ToolCatalog, Writer, transact, utc_now
+from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.executions import Execution
 
 logger = logging.getLogger("mcp_tasks.operator")
@@ -43,6 +48,20 @@ REVIEW_TIMEOUT_S: Final = 10.0
 
 def _controller(obj: Any) -> Any:
     return next((ref for ref in obj.metadata.owner_references or [] if ref.controller), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRun:
+    """Which run of which task a verified pod is.
+
+    Attributes:
+        task_id: the task the pod's Job runs.
+        run: 1 for the Job's first pod; the Job controller starts the next (an idempotent tool's Job has
+            a `backoffLimit`) only after one failed, so a live pod is run `status.failed + 1` of its Job.
+    """
+
+    task_id: str
+    run: int
 
 
 class PodIdentity:
@@ -62,11 +81,19 @@ class PodIdentity:
         self.store = store
         self.timeout_s = timeout_s
         self._api = client.Apis(api)
-        self._verified: dict[str, tuple[str, float]] = {}
+        self._verified: dict[str, tuple[PodRun, float]] = {}
 
     async def task_of(self, token: str) -> str | None:
-        """The task id whose pod holds `token`; `None` for a token that is not one (any reason alike, also
-        an API server that does not confirm it within `timeout_s` seconds).
+        """The task id whose pod holds `token`; `None` for a token that is not one (`run_of`)."""
+        found = await self.run_of(token)
+        return None if found is None else found.task_id
+
+    async def run_of(self, token: str) -> PodRun | None:
+        """The task and run of the pod holding `token`; `None` for a token that is not one (any reason alike,
+        also an API server that does not confirm it within `timeout_s` seconds).
+
+        The run is counted when the token is first verified, while its pod lives (a pod's run number never
+        changes; a pod deleted since makes its bound token fail the next review, `VERIFIED_FOR_S` later).
         """
         if not token:
             return None
@@ -76,20 +103,20 @@ class PodIdentity:
             return known[0]
         try:
             async with asyncio.timeout(self.timeout_s):  # the whole chain, not only each request
-                task_id = await self._review(token)
+                found = await self._review(token)
         except TimeoutError:
             logger.warning("worker API: could not verify a pod's token within %.1f s", self.timeout_s)
             return None
         except (client.ApiError, StoreUnavailable) as exc:
             logger.warning("worker API: could not verify a pod's token (%s)", exc)
             return None
-        if task_id is not None:
+        if found is not None:
             if len(self._verified) >= MAX_REMEMBERED:
                 self._verified.clear()
-            self._verified[digest] = (task_id, time.monotonic() + VERIFIED_FOR_S)
-        return task_id
+            self._verified[digest] = (found, time.monotonic() + VERIFIED_FOR_S)
+        return found
 
-    async def _review(self, token: str) -> str | None:
+    async def _review(self, token: str) -> PodRun | None:
         review = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -108,7 +135,7 @@ class PodIdentity:
             return None  # not a pod-bound token
         return await self._chain(str(pod_names[0]), str(pod_uids[0]))
 
-    async def _chain(self, pod_name: str, pod_uid: str) -> str | None:
+    async def _chain(self, pod_name: str, pod_uid: str) -> PodRun | None:
         """Pod (that uid, labelled with a task) → its controller Job `mcptask-<taskId>` → the McpTask."""
         try:
             pod = await client.call(
@@ -134,7 +161,27 @@ class PodIdentity:
             return None
         if task_ref.kind != "McpTask" or task_ref.name != task_id or task_ref.uid != task["metadata"]["uid"]:
             return None
-        return task_id
+        failed = int(getattr(job.status, "failed", None) or 0) if job.status is not None else 0
+        return PodRun(task_id, failed + 1)
+
+
+def take_over_for(run: int, clock: Clock = utc_now) -> Callable[[TaskRecord], tuple[TaskRecord, None]]:
+    """The change that makes pod run `run` the task's current run, when an earlier one was counted.
+
+    The Job controller starts the next pod of an idempotent tool's Job on its own when one fails (a pod
+    deleted by a drain or an eviction, a crash): the lost run's questions and answers are dropped as for
+    any re-run (`transitions.reset_for_rerun`; its issued keys stay issued), and the attempt becomes
+    `run`, so a write of the earlier pod is superseded (`TaskRecord.superseded`, 409). A task already at
+    that run or later, finished, or never counted (`attempt` 0: its first pod) is left as it is.
+    """
+
+    def change(record: TaskRecord) -> tuple[TaskRecord, None]:
+        if record.status.is_terminal or record.attempt == 0 or record.attempt >= run:
+            return record, None
+        reset = transitions.reset_for_rerun(record, clock())
+        return dataclasses.replace(reset, attempt=run), None
+
+    return change
 
 
 class TaskExecutions:
@@ -151,20 +198,36 @@ class TaskExecutions:
         self.store = store
         self.catalog = catalog
 
+    async def _take_over(self, task_id: str, run: int) -> TaskRecord:
+        """Make pod run `run` the task's current run (`take_over_for`); the record afterwards.
+
+        Raises:
+            StoreUnavailable: the write kept conflicting (the pod retries after a 503).
+        """
+        try:
+            record, _ = await transact(self.store, task_id, take_over_for(run), Writer.EXECUTOR)
+        except VersionConflict as exc:
+            raise StoreUnavailable(f"task {task_id} is changing too fast to start run {run}; retry") from exc
+        logger.info("task %s: run %d of its Job started after the previous run was lost; re-running", task_id, run)
+        return record
+
     async def resolve(self, execution_id: str, token: str) -> Execution | None:
         """The task's execution when `token` belongs to that task's pod, else `None` (all refusals alike)."""
-        if await self.identity.task_of(token) != execution_id:
+        found = await self.identity.run_of(token)
+        if found is None or found.task_id != execution_id:
             return None
         try:
             record = await self.store.get(execution_id)
-        except TaskNotFound:
+            if record.attempt and found.run > record.attempt:  # the Job's next pod: the last run was lost
+                record = await self._take_over(execution_id, found.run)
+        except (TaskNotFound, IllegalTransition):
             return None
         return Execution(
             tool=self.catalog.get_tool(record.tool),
             arguments=record.arguments,
             arguments_ref=record.arguments_ref,
             task_id=record.task_id,
-            attempt=max(record.attempt, 1),  # counted by the operator when it creates a Job
+            attempt=found.run,  # the pod's own run: a write of a superseded one is refused (409)
             pre_input_responses=dict(record.pre_input_responses),
             execution_id=execution_id,
             token=token,
