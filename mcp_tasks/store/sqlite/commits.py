@@ -189,7 +189,7 @@ class GroupCommit:
             _refuse(batch, f"the task database cannot write: {exc!r}")
 
     async def _commit(self, batch: list[Write]) -> None:
-        """Commit `batch` (one statement alone in autocommit, more in one transaction); answer each write.
+        """Commit `batch` in one transaction, tell `on_commit`, then answer each write.
 
         The whole batch runs in one hop to the connection's thread (`_in_thread`): awaiting each statement
         would cost a round trip through a busy event loop per statement, and the batch's transaction
