@@ -1,8 +1,8 @@
 """Per-request context handed to every method handler, and the services they share.
 
 Built once per request by `transport` after the request was authenticated and its era chosen; a handler
-gets it with its parsed params (`dispatch.Route`). There is no other way to a caller: no context
-variable, no lookup on the aiohttp request.
+gets it with its parsed params (`dispatch.Route`). A handler's caller is `ctx.identity`, a required
+field: there is no context variable to forget to set, and no context without a caller.
 """
 
 from __future__ import annotations
