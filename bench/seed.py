@@ -32,7 +32,8 @@ async def seed(data_dir: Path, count: int) -> list[str]:
     await store.open()
     try:
         connection = store._w  # the store's own writer connection (bench only)
-        statement = f"INSERT INTO tasks ({sqlite_store._COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        placeholders = ",".join("?" * len(sqlite_store._COLUMNS.split(",")))  # one per column, however many
+        statement = f"INSERT INTO tasks ({sqlite_store._COLUMNS}) VALUES ({placeholders})"
         start = dt.datetime.now(dt.UTC)
         ids: list[str] = []
         for offset in range(0, count, _BATCH):
