@@ -45,7 +45,7 @@ from mcp_tasks.protocol.errors import (
     ProtocolError,
     ServiceUnavailable,
 )
-from mcp_tasks.protocol.headers import refuse_repeated, validate_envelope
+from mcp_tasks.protocol.headers import RequestEnvelope, refuse_repeated, validate_envelope
 from mcp_tasks.protocol.jsonrpc import (
     Message,
     RequestId,
@@ -386,21 +386,7 @@ async def _serve_modern(
         found = dispatch.route(Era.MODERN, message.method)
         token = progress.progress_token(message.params) if found.reports_progress else None
         stream = None if token is None else progress.ProgressStream(request, token)
-        ctx = RequestContext(
-            message,
-            Era.MODERN,
-            envelope,
-            identity,
-            request.headers,
-            services,
-            request,
-            client_gone=client_gone(request),
-            progress=None if stream is None else stream.report,
-        )
-        task_id = message.params.get("taskId")
-        if message.method in constants.TASK_METHODS and isinstance(task_id, str):
-            bind_task(task_id[:64])  # this request's log lines are about that task
-        answer = await found.serve(ctx)
+        answer = await found.serve(_modern_context(request, message, envelope, identity, services, stream))
     except Exception as exc:  # the one top-level mapper
         error = map_exception(exc)
         if stream is not None and stream.started:  # HTTP 200 is sent: the error ends the stream
@@ -411,6 +397,31 @@ async def _serve_modern(
     if stream is not None:
         return await stream.respond(result_response(request_id, answer))
     return json_response(result_response(request_id, answer))
+
+
+def _modern_context(
+    request: web.Request,
+    message: Message,
+    envelope: RequestEnvelope,
+    identity: Identity,
+    services: Services,
+    stream: progress.ProgressStream | None,
+) -> RequestContext:
+    """The context of a modern request whose envelope validated; a `tasks/*` request's log lines name its task."""
+    task_id = message.params.get("taskId")
+    if message.method in constants.TASK_METHODS and isinstance(task_id, str):
+        bind_task(task_id[:64])
+    return RequestContext(
+        message,
+        Era.MODERN,
+        envelope,
+        identity,
+        request.headers,
+        services,
+        request,
+        client_gone=client_gone(request),
+        progress=None if stream is None else stream.report,
+    )
 
 
 async def _serve_legacy(
