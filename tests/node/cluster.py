@@ -375,8 +375,8 @@ class RealNode:
         dockerd = images.Dockerd(self.workdir / "dockerd")
         dockerd.start()
         try:
-            images.build_images(dockerd, self.workdir / "build")
-            return images.export(dockerd, [images.IMAGE, images.PAUSE_IMAGE], self.workdir / "images.tar")
+            built = images.build_images(dockerd, self.workdir / "build")
+            return images.export(dockerd, built, self.workdir / "images.tar")
         finally:
             dockerd.stop()
 

@@ -37,6 +37,11 @@ PAUSE_IMAGE = "mcp-tasks-pause:node-test"
 BASE_IMAGE = "mcp-tasks-base:node-test"
 CONTEXT_FILES = ("Dockerfile", "pyproject.toml", "README.md", "mcp_tasks", "examples")
 """What the Dockerfile copies from the repository (the tier's build context holds only these and the wheels)."""
+PREVIOUS_COMMIT = "728d5c14f1c011c5214cf6b7cefd01a073ccd573"
+"""The release an upgrade is tested from (`tests/node/test_upgrade.py`): the commit before issue 30's first
+change, whose owners named no issuer and whose stores dropped fields they did not know."""
+PREVIOUS_IMAGE = "mcp-tasks:node-previous"
+"""The image of `PREVIOUS_COMMIT`, built like `IMAGE` from that commit's files."""
 
 
 def _key(*parts: str) -> str:
@@ -180,9 +185,50 @@ def mounts_under(root: Path) -> list[str]:
     return sorted((p for p in points if p.startswith(prefix + "/") or p == prefix), key=len, reverse=True)
 
 
-def build_images(dockerd: Dockerd, workdir: Path) -> None:
+def previous_source(target: Path) -> Path | None:
+    """The files of `PREVIOUS_COMMIT` (`git archive`) unpacked into `target`; `None` when this clone does
+    not hold that commit (a shallow clone), then the upgrade test skips saying so."""
+    if (target / "Dockerfile").exists():
+        return target
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS_COMMIT}^{{commit}}"], check=False)
+    if found.returncode != 0:
+        return None
+    target.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(["git", "-C", str(REPO), "archive", PREVIOUS_COMMIT], stdout=subprocess.PIPE)
+    try:
+        subprocess.run(["tar", "-x", "-C", str(target)], stdin=archive.stdout, check=True)
+    finally:
+        if archive.stdout is not None:
+            archive.stdout.close()
+        if archive.wait() != 0:
+            raise subprocess.CalledProcessError(archive.returncode, "git archive")
+    return target
+
+
+def _build_project(dockerd: Dockerd, source: Path, context: Path, wheels: Path, tag: str) -> None:
+    """The project's image `tag` from `source`'s Dockerfile and files (`CONTEXT_FILES`), without network."""
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    for name in CONTEXT_FILES:
+        item = source / name
+        if item.is_dir():
+            shutil.copytree(item, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(item, context / name)
+    shutil.copytree(wheels, context / "wheels")
+    dockerd.docker(
+        "build",
+        "--network=none",
+        *("--build-arg", f"BASE={BASE_IMAGE}", "--build-arg", "WHEELS=wheels"),
+        *("-t", tag, str(context)),
+    )
+
+
+def build_images(dockerd: Dockerd, workdir: Path) -> list[str]:
     """Import the cached base, build the pause image and the project's image from the repository's
-    Dockerfile (`BASE` the Debian base, `WHEELS` the wheelhouse, no network during the build).
+    Dockerfile (`BASE` the Debian base, `WHEELS` the wheelhouse, no network during the build), and the
+    image of `PREVIOUS_COMMIT` when this clone holds it (its `pyproject.toml` must be this one's: the
+    wheelhouse is shared). Returns the tags built.
 
     Raises:
         subprocess.CalledProcessError: a step failed (its output is on stderr).
@@ -195,27 +241,13 @@ def build_images(dockerd: Dockerd, workdir: Path) -> None:
     pause.mkdir(parents=True, exist_ok=True)
     (pause / "Dockerfile").write_text(f'FROM {BASE_IMAGE}\nENTRYPOINT ["/bin/sleep", "infinity"]\n')
     dockerd.docker("build", "--network=none", "-t", PAUSE_IMAGE, str(pause))
-    context = workdir / "context"
-    shutil.rmtree(context, ignore_errors=True)
-    context.mkdir(parents=True)
-    for name in CONTEXT_FILES:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(source, context / name)
-    shutil.copytree(wheels, context / "wheels")
-    dockerd.docker(
-        "build",
-        "--network=none",
-        "--build-arg",
-        f"BASE={BASE_IMAGE}",
-        "--build-arg",
-        "WHEELS=wheels",
-        "-t",
-        IMAGE,
-        str(context),
-    )
+    _build_project(dockerd, REPO, workdir / "context", wheels, IMAGE)
+    built = [IMAGE, PAUSE_IMAGE]
+    previous = previous_source(workdir / "previous")
+    if previous is not None and (previous / "pyproject.toml").read_text() == (REPO / "pyproject.toml").read_text():
+        _build_project(dockerd, previous, workdir / "context-previous", wheels, PREVIOUS_IMAGE)
+        built.append(PREVIOUS_IMAGE)
+    return built
 
 
 def export(dockerd: Dockerd, images: list[str], target: Path) -> Path:
