@@ -5,6 +5,7 @@ from __future__ import annotations
 from mcp_types import DiscoverResult, ListToolsResult, ServerCapabilities, ToolsCapability
 from mcp_types._types import ResourcesCapability
 
+from mcp_tasks.gateway import handoff
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.protocol import constants
@@ -35,15 +36,16 @@ async def list_tools(ctx: RequestContext, params: PageParams) -> JsonObject:
     """One page of the tools the principal may call, in the catalog's deterministic order, with cache hints.
 
     A tool that names `requiredScopes` is listed only to principals holding them (`identity.scopes`); the
-    list then varies by authorisation, so it is `cacheScope: private` (MCP 2026-07-28 `server/tools`).
+    list then varies by authorisation, so it is `cacheScope: private` (MCP 2026-07-28 `server/tools`). The
+    handoff follow tools (`handoff.listed`) come last, when the principal sees a tool that hands off.
     """
     offset = params.offset
     catalog = ctx.services.catalog.list_tools()
-    tools = scopes.visible(catalog, ctx.identity)
+    tools = [spec.tool for spec in scopes.visible(catalog, ctx.identity)] + handoff.listed(ctx)
     size = ctx.services.settings.list_page_size
     page = tools[offset : offset + size]
     result = ListToolsResult(
-        tools=[spec.tool for spec in page],
+        tools=page,
         next_cursor=page_cursor(offset + size) if offset + size < len(tools) else None,
         ttl_ms=ctx.services.settings.list_ttl_ms,
         cache_scope="public" if scopes.shared(catalog) else "private",

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway import discovery, legacy_calls, legacy_sessions, tool_calls
+from mcp_tasks.gateway import discovery, handoff, legacy_calls, legacy_sessions, tool_calls
 from mcp_tasks.gateway.context import ClientGone, Era, RequestContext, Services, client_gone
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.responses import json_response
@@ -187,13 +187,20 @@ async def call_tool(ctx: RequestContext, params: CallToolParams) -> web.StreamRe
     A tool with `inputBeforeTask` runs as a hidden task too: the legacy era has no pre-creation round,
     so its tool's runtime asks those requests first, in-task, on the call's stream (`ToolContext.
     collect_input_before_task`), and a declined one ends the call without the tool starting.
+
+    A tool that hands off (`handoff`) answers at once with a result naming its task, a plain
+    `CallToolResult`; the follow tools (`task_status`, ...) are served as in the modern era.
     """
+    if handoff.serves(ctx, params.name):
+        return await handoff.follow(ctx, params)
     tool = tool_calls.requested_tool(ctx, params)
     name = tool.name
     arguments = params.arguments
     problems = tool.argument_errors(arguments)
     if problems:
         return error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems))
+    if handoff.hands_off(ctx, tool):
+        return await handoff.start(ctx, tool, arguments)
     if tool.execution.task_policy is TaskPolicy.NEVER:
         try:
             return dict(await tool_calls.run_inline(ctx, tool, arguments, {}, None))

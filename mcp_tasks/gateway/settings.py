@@ -38,6 +38,10 @@ class GatewaySettings:
         accept_missing_name_header: accept `tasks/get`, `tasks/update` and `tasks/cancel` without the
             `Mcp-Name` header (default false: -32020 naming the header to add, as SEP-2243 asks). For
             clients that omit it (fastmcp-tasks 4.1); a header that differs from the body is always refused.
+        handoff_default: hand off the calls without the tasks extension of every task-capable tool whose
+            manifest leaves `execution.handoff` unset (default false: such calls run synchronously, as
+            before). A handed-off call answers at once with a result naming its task, followed with the
+            `task_status`, `task_respond` and `task_cancel` tools (docs/handoff.md).
     """
 
     server_name: str = "mcp-tasks"
@@ -56,3 +60,4 @@ class GatewaySettings:
     legacy_call_timeout_s: float = 600.0
     caller_watch_s: float = 30.0
     accept_missing_name_header: bool = False
+    handoff_default: bool = False

@@ -6,7 +6,9 @@ Order (protocol.md §4.3, §7.1; conformance.md §2): unknown tool → -32602; `
 extension → -32021; a `requestState` of a run under way → its next input round (`input_rounds`);
 `inputBeforeTask` → `InputRequiredResult` rounds; then either a task (`CreateTaskResult`, returned
 only after the store committed it) or a synchronous run, which answers `InputRequiredResult` if the
-tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored.
+tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored. A call without the extension of
+a tool that hands off skips the rounds and policy: its task is created and named in a `CallToolResult`
+(`handoff`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from mcp_tasks.gateway import input_rounds, request_state
+from mcp_tasks.gateway import handoff, input_rounds, request_state
 from mcp_tasks.gateway.context import ClientGone, RequestContext, unless_client_gone
 from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants, inputs, param_headers
@@ -44,7 +46,13 @@ def requested_tool(ctx: RequestContext, params: CallToolParams) -> ToolSpec:
 
 
 async def call_tool(ctx: RequestContext, params: CallToolParams) -> JsonObject:
-    """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`."""
+    """Handle `tools/call`; returns a `CallToolResult`, `InputRequiredResult` or `CreateTaskResult`.
+
+    A follow tool (`task_status`, ...) is served by `handoff`; a call without the extension of a tool that
+    hands off gets its task and a `CallToolResult` naming it (`handoff.start`), never `resultType: "task"`.
+    """
+    if handoff.serves(ctx, params.name):
+        return ctx.complete(await handoff.follow(ctx, params))
     tool = requested_tool(ctx, params)
     arguments = params.arguments
     name = tool.name
@@ -59,6 +67,9 @@ async def call_tool(ctx: RequestContext, params: CallToolParams) -> JsonObject:
     problems = tool.argument_errors(arguments)
     if problems:
         return ctx.complete(error_result(f"Invalid arguments for tool {name!r}: " + "; ".join(problems)))
+
+    if handoff.hands_off(ctx, tool):  # before the rounds: its inputBeforeTask requests are asked in-task
+        return ctx.complete(await handoff.start(ctx, tool, arguments))
 
     policy = tool.execution.task_policy
     as_task = ctx.envelope.declares_tasks and policy is not TaskPolicy.NEVER

@@ -40,6 +40,9 @@ META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 META_RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 """Legacy (2025-11-25) key; never emitted, stripped from inlined task results."""
+META_HANDOFF_TASK_ID: Final = "io.mcptasks/taskId"
+"""Our key: the id of the task a handed-off call started (docs/handoff.md), on that call's `CallToolResult`.
+Not `related-task`: that key belongs to the 2025-11-25 experimental tasks API, which we do not serve."""
 
 # HTTP headers (SEP-2243). aiohttp header lookups are case-insensitive.
 HEADER_PROTOCOL_VERSION: Final = "MCP-Protocol-Version"

@@ -68,6 +68,11 @@ class ExecutionSpec(_Spec):
     """Retention of a finished task, counted from `createdAt`, in ms; raised while the task runs."""
     cancel_grace_seconds: float = Field(5.0, alias="cancelGraceSeconds", ge=0)
     """Time between SIGTERM and SIGKILL when a running task is cancelled, in seconds."""
+    handoff: bool | None = None
+    """Hand a call without the tasks extension a task anyway: the task is created durably, owned by the
+    caller, and the call answers at once with an ordinary `CallToolResult` naming it; the caller follows it
+    with the `task_status`, `task_respond` and `task_cancel` tools (docs/handoff.md). Unset: the server's
+    `MCPTASKS_HANDOFF_DEFAULT` (default false). Ignored for `taskPolicy: never`."""
 
 
 class AutoscalingSpec(_Spec):
@@ -254,6 +259,14 @@ class ToolSpec:
     def execution(self) -> ExecutionSpec:
         """Execution policy and limits."""
         return self.manifest.execution
+
+    def hands_off(self, default: bool) -> bool:
+        """Does a call without the tasks extension get a handed-off task (`execution.handoff`, else `default`,
+        the server's `handoff_default`)? Never for `taskPolicy: never`: such a tool is not task-capable.
+        """
+        if self.execution.task_policy is TaskPolicy.NEVER:
+            return False
+        return default if self.execution.handoff is None else self.execution.handoff
 
     @property
     def required_scopes(self) -> frozenset[str]:
