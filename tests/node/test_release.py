@@ -15,6 +15,7 @@ import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -112,22 +113,20 @@ def port_forward(plane: ControlPlane, namespace: str, target: str, port: int) ->
                 stream.close()
 
 
-@pytest.fixture(scope="module")
-def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """Both charts installed in a `restricted` namespace, the gateway reached through a port-forward."""
-    plane = real_node.control_plane
-    namespace = f"mcp-{secrets.token_hex(3)}"
+def restricted_namespace(plane: ControlPlane, prefix: str, tokens: list[dict[str, str]], folder: Path) -> str:
+    """A new `restricted` namespace `<prefix>-<hex>` holding the token Secret `mcp-tasks-tokens` (`tokens`:
+    the static token file's entries) and, for the data claim, a ReadWriteMany PersistentVolume of storage
+    class `rwx-<namespace>` on a folder of this one node (under `folder`; the tools' uid 65532 writes it).
+    Returns the namespace."""
+    namespace = f"{prefix}-{secrets.token_hex(3)}"
     plane.kubectl("create", "namespace", namespace)
     plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    folder = tmp_path_factory.mktemp("release")
-    tokens = folder / "tokens.yaml"
-    tokens.write_text(yaml.safe_dump({"tokens": [{"token": TOKEN, "tenant": "acme", "subject": "alice"}]}))
-    plane.kubectl("create", "secret", "generic", "mcp-tasks-tokens", "-n", namespace, f"--from-file={tokens}")
-    # the data claim (ReadWriteMany) bound to a folder of this one node; the tools' uid 65532 writes it
+    token_file = folder / "tokens.yaml"
+    token_file.write_text(yaml.safe_dump({"tokens": tokens}))
+    plane.kubectl("create", "secret", "generic", "mcp-tasks-tokens", "-n", namespace, f"--from-file={token_file}")
     volume = folder / "pv"
     volume.mkdir()
     volume.chmod(0o777)
-    storage_class = f"rwx-{namespace}"
     persistent_volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -135,11 +134,21 @@ def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> It
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteMany"],
-            "storageClassName": storage_class,
+            "storageClassName": f"rwx-{namespace}",
             "hostPath": {"path": str(volume)},
         },
     }
     plane.kubectl("apply", "-f", "-", input_text=json.dumps(persistent_volume))
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """Both charts installed in a `restricted` namespace, the gateway reached through a port-forward."""
+    plane = real_node.control_plane
+    entries = [{"token": TOKEN, "tenant": "acme", "subject": "alice"}]
+    namespace = restricted_namespace(plane, "mcp", entries, tmp_path_factory.mktemp("release"))
+    storage_class = f"rwx-{namespace}"
     plane.helm("upgrade", "--install", "mcp-tasks-crds", str(CRD_CHART), "--take-ownership", "--wait")
     repository, tag = images.IMAGE.split(":")
     plane.helm(

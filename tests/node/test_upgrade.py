@@ -8,21 +8,18 @@ Service (`kubectl port-forward`) with two principals of one tenant, as users wou
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.conftest import REPO, McpHttp
 from tests.controlplane.cluster import ControlPlane
 from tests.node import images
 from tests.node.cluster import RealNode
-from tests.node.test_release import INSTALL_TIMEOUT, TASK_WAIT_S, port_forward
+from tests.node.test_release import INSTALL_TIMEOUT, TASK_WAIT_S, port_forward, restricted_namespace
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -69,29 +66,8 @@ def previous(real_node: RealNode) -> Path:
 def namespace(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `restricted` namespace with the token Secret and a ReadWriteMany volume for the data claim."""
     plane = real_node.control_plane
-    name = f"up-{secrets.token_hex(3)}"
-    plane.kubectl("create", "namespace", name)
-    plane.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
-    folder = tmp_path_factory.mktemp("upgrade")
-    tokens = folder / "tokens.yaml"
     entries = [{"token": token, "tenant": "acme", "subject": subject} for subject, token in TOKENS.items()]
-    tokens.write_text(yaml.safe_dump({"tokens": entries}))
-    plane.kubectl("create", "secret", "generic", "mcp-tasks-tokens", "-n", name, f"--from-file={tokens}")
-    volume = folder / "pv"
-    volume.mkdir()
-    volume.chmod(0o777)
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"pv-{name}"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": f"rwx-{name}",
-            "hostPath": {"path": str(volume)},
-        },
-    }
-    plane.kubectl("apply", "-f", "-", input_text=json.dumps(claim))
+    name = restricted_namespace(plane, "up", entries, tmp_path_factory.mktemp("upgrade"))
     yield name
     plane.helm("uninstall", RELEASE, "--namespace", name, "--wait", timeout_s=300)
 
