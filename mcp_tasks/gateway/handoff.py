@@ -10,9 +10,9 @@ in `_meta["io.mcptasks/taskId"]`). Never `resultType: "task"`: the request did n
 The caller follows the task with three tools this module lists and serves (`follow`), fixed names:
 
 - `task_status {taskId, waitSeconds?}`: waits up to `waitSeconds` (bounded by the task's tool's
-  `syncTimeoutSeconds`) on the store's change feed for a visible change, then answers the status, the
-  progress message, the pending input requests (text and `structuredContent`), or, once completed, the
-  task's own `CallToolResult` verbatim;
+  `syncTimeoutSeconds`) on the store's change feed for the status or the pending input requests to change,
+  then answers the status, the latest progress message, the pending input requests (text and
+  `structuredContent`), or, once completed, the task's own `CallToolResult` verbatim;
 - `task_respond {taskId, inputResponses}`: `tasks/update` (`task_methods.update_task`);
 - `task_cancel {taskId}`: `tasks/cancel` (`task_methods.cancel_task`).
 
@@ -240,8 +240,11 @@ async def follow(ctx: RequestContext, params: CallToolParams) -> JsonObject:
 
 
 def _view(record: TaskRecord) -> tuple[object, ...]:
-    """What `task_status` shows of a task; a wait ends when it changes (not on lease renewals)."""
-    return (record.status, record.status_message, tuple(sorted(record.input_requests)))
+    """What ends a `task_status` wait when it changes: the status and the pending input keys. Not progress
+    messages (a chatty tool would end every wait at once, costing the model a turn each) nor lease renewals;
+    the answer shows the latest message anyway.
+    """
+    return (record.status, tuple(sorted(record.input_requests)))
 
 
 async def _status(ctx: RequestContext, task_id: str, wait_s: float) -> JsonObject:
