@@ -55,6 +55,12 @@ STATUS_TOOL: Final = "task_status"
 RESPOND_TOOL: Final = "task_respond"
 CANCEL_TOOL: Final = "task_cancel"
 
+INSTRUCTIONS: Final = (
+    f" Without the extension, some long tools answer at once with a taskId instead of their result: follow "
+    f"it with {STATUS_TOOL}, answer its questions with {RESPOND_TOOL}, stop it with {CANCEL_TOOL}."
+)
+"""Added to the server's `instructions` (`server/discover`, legacy `initialize`) where the follow tools are listed."""
+
 WAIT_SLICE_S: Final = 1.0
 """Longest single wait on the change feed inside `task_status`, in seconds: between slices the caller's
 connection is checked, so a host that gave up does not hold a wait open."""

@@ -175,13 +175,16 @@ async def test_another_principals_task_id_is_answered_exactly_like_an_unknown_on
 async def test_the_follow_tools_are_listed_only_where_a_handoff_tool_is_visible(
     handing_off: Embedded, embedded: Embedded, mode: Mode
 ) -> None:
-    """Listed after the catalog's tools on a server whose tools hand off; absent (and unknown) elsewhere."""
+    """Listed after the catalog's tools on a server whose tools hand off, and named in its instructions;
+    absent elsewhere, where a call runs synchronously as before."""
     follow = [handoff.STATUS_TOOL, handoff.RESPOND_TOOL, handoff.CANCEL_TOOL]
     async with sdk(handing_off, "alice-token", mode) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
+        assert client.instructions is not None and client.instructions.endswith(handoff.INSTRUCTIONS)
     assert names[-3:] == follow
     async with Client(embedded.url, mode=mode, cache=None) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
+        assert client.instructions is not None and handoff.INSTRUCTIONS not in client.instructions
         assert not set(follow) & set(names)
         refused = await client.call_tool("sleeper", {"seconds": 0})
         assert text_of(refused) == "slept 0s on attempt 1", "no handoff: the call runs synchronously as before"
