@@ -10,6 +10,8 @@ callbacks, and a second OS process writing the same file.
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
@@ -178,3 +181,37 @@ async def test_a_cached_finished_task_past_its_ttl_is_not_found(tmp_path: Path) 
         with pytest.raises(TaskNotFound):
             await store.get(created.task_id, ALICE)
         assert (await store.get(created.task_id)) == finished, "the executor (no owner) still reads it"
+
+
+def test_the_commit_counter_is_read_only_from_a_consistent_header(tmp_path: Path) -> None:
+    """SQLite's readers trust the wal-index header only when its two copies agree and its checksum holds
+    (sqlite.org/walformat.html); so does the store: a header caught mid-update reads as unknown (`None`),
+    and the caller reads the file."""
+    db = sqlite3.connect(tmp_path / "t.sqlite3", isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE t (a)")
+        found = WalIndex.find(tmp_path / "t.sqlite3")
+        assert found is not None
+        before = found.changes()
+        assert before is not None
+        db.execute("INSERT INTO t VALUES (1)")
+        assert found.changes() == before + 1, "one commit, one step"
+        # Through SQLite's own descriptor: closing one of ours would drop its locks on the file.
+        header = os.pread(found._fd, 96, 0)
+    finally:
+        db.close()
+    copies = tmp_path / "copies"
+    for name, raw in {
+        "good": header,
+        "torn": header[:48] + header[48:56] + bytes([header[56] ^ 1]) + header[57:96],
+        "bad checksum": header[:40] + bytes([header[40] ^ 1]) + header[41:88] + bytes([header[88] ^ 1]) + header[89:],
+        "not initialised": header[:12] + b"\0" + header[13:60] + b"\0" + header[61:],
+    }.items():
+        copies.write_bytes(raw)
+        fd = os.open(copies, os.O_RDONLY)
+        try:
+            read = WalIndex(fd).changes()
+        finally:
+            os.close(fd)
+        assert (read is not None) == (name == "good"), name
