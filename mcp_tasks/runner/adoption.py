@@ -38,7 +38,9 @@ class Adoption:
         """`ExecutionLookup` for the worker API: a run of this runner, or one a crashed runner left behind.
 
         A call from a tool whose runner crashed carries a token this runner can verify (same worker key);
-        its run is adopted on the spot when its process still runs.
+        its run is adopted on the spot when its process still runs. While this runner stops, a verified run
+        it no longer serves (one it handed over to the next start) is told to retry, as for one being set
+        up: a tool treats a 404 as the end of its run, and the next start adopts it.
 
         Raises:
             ExecutionPending: the run is being set up or taken over; the tool should retry (503).
@@ -52,6 +54,8 @@ class Adoption:
             return None
         task_id, _attempt = verified
         if task_id in ctx.supervisors:
+            raise ExecutionPending(execution_id)
+        if ctx.closing:  # a run handed to the next start: retry (503) until that start serves it, never a 404
             raise ExecutionPending(execution_id)
         try:
             record = await ctx.store.get(task_id)

@@ -321,6 +321,26 @@ async def test_a_graceful_stop_leaves_a_tool_waiting_for_input_to_the_next_start
     await exited(pid, timeout_s=10)  # the one process answered and finished: no second run
 
 
+async def test_a_tool_reporting_progress_through_graceful_stops_is_never_told_its_run_is_gone(
+    server_process: ServerProcess, http_session: aiohttp.ClientSession
+) -> None:
+    """Issue 30 §6, found by a newcomer (2 of 6 stops killed `count_primes`): a stopping server no longer
+    serves the runs it hands over, and a tool reporting progress in that moment was answered 404, which a
+    tool takes as the end of its run. Now it is told to retry (503) until the next start serves it: the
+    `sleeper` (not idempotent, reporting every 0.1 s) lives through three stops and ends on attempt 1."""
+    mcp = client(http_session, await server_process.start())
+    task_id = await mcp.start_task("sleeper", {"seconds": 6})
+    await mcp.wait_task(task_id, has_status_message)  # it reports: its process runs
+    (pid,) = tool_pids(task_id)
+    for _ in range(3):
+        await server_process.stop()  # SIGTERM, mid-report
+        assert tool_pids(task_id) == [pid], "the tool outlives a graceful stop"
+        mcp = client(http_session, await server_process.start())
+    done = await mcp.wait_status(task_id, "completed", "failed", "cancelled", timeout_s=30)
+    assert done["status"] == "completed" and not done["result"].get("isError"), done
+    assert done["result"]["content"][0]["text"] == "slept 6s on attempt 1", done
+
+
 async def test_a_tool_killed_while_waiting_for_input_is_decided_within_the_lease_after_the_restart(
     server_process: ServerProcess, http_session: aiohttp.ClientSession
 ) -> None:
