@@ -66,6 +66,13 @@ _WATCH_S: Final = 0.1
 _IDLE_WATCH_S: Final = 1.0
 _MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _HANDSHAKE_TIMEOUT_S: Final = 10.0
+_REQUEST_HEAD_TIMEOUT_S: Final = 30.0
+"""Longest wait for a request's line and headers, in seconds (a new connection's first request, or the next on
+a kept-alive one): a silent or slow client frees its thread. Above the 15 s for which the executors' HTTP
+clients keep an idle connection, so they never send on one this worker has just closed."""
+_MAX_CONNECTIONS: Final = 256
+"""Connections served at once (a thread each); one more is closed at once. The executors use one per call in
+flight, far fewer; without it, unauthenticated connections could take every thread the process may start."""
 _TLS_ALERT: Final = b"\x15"
 """The content type of a TLS alert record (RFC 8446 §5.1), as its first byte on the wire."""
 _CRASH_TAIL_CHARS: Final = 4096
@@ -142,6 +149,25 @@ class WarmServer(ThreadingHTTPServer):
         self.idle = threading.Condition(self.lock)
         # execution id → (final event, monotonic time after which nobody will fetch it, caller)
         self.kept: dict[str, tuple[Json, float, str]] = {}
+        self.connections = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection in a thread of its own, unless `_MAX_CONNECTIONS` are served: then close it."""
+        if not self.connections.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.release()  # its thread never started
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """One connection's thread (`ThreadingMixIn`); gives its place back when it ends."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """Accept a connection; with TLS, wrapped without its handshake, which `finish_request` does in the
@@ -240,6 +266,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: one line per call would drown the tool's own stderr."""
+
+    def handle_one_request(self) -> None:
+        """One request; its line and headers must arrive within `_REQUEST_HEAD_TIMEOUT_S` (the standard
+        library then closes the connection), and nothing after them is timed (a call streams for as long as
+        its tool runs; its body is read only once its credential was checked).
+        """
+        self.connection.settimeout(_REQUEST_HEAD_TIMEOUT_S)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """The standard parse; the head has arrived, so the connection waits without a timeout from here."""
+        parsed = super().parse_request()
+        self.connection.settimeout(None)
+        return parsed
 
     def _json(self, status: int, body: Json) -> None:
         data = json.dumps(body).encode()

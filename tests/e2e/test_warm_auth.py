@@ -180,6 +180,39 @@ async def test_outsiders_cannot_squat_the_slots(
     assert not marker.exists()
 
 
+def _threads(pid: int) -> int:
+    """The process's thread count, as the kernel reports it (`/proc/<pid>/status`)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+async def test_idle_connections_cannot_take_every_thread_of_a_worker(
+    mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """Our choice (a breaker's finding: each silent connection held a thread of its own for ever, until the
+    worker could start no thread for the gateway's call): a worker serves 256 connections at once, closes
+    one more at once, and frees a silent one's thread after 30 s. 400 silent connections leave it below
+    its cap of threads, and it serves the gateway's call once they are gone."""
+    base_url = await a_worker(mcp, embedded)
+    pool = embedded.runner.pools.started[TOOL]
+    assert isinstance(pool, WarmPool)
+    (worker,) = pool.workers
+    pid = worker.process.pid
+    assert pid is not None
+    before = _threads(pid)
+    port = int(base_url.rsplit(":", 1)[1])
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(400)]
+    try:
+        await until(lambda: _threads(pid) >= before + 200)  # the first connections have their threads
+        assert _threads(pid) <= before + 256, "one thread per connection, at most 256 connections"
+    finally:
+        for _reader, writer in idle:
+            writer.close()
+    await until(lambda: _threads(pid) <= before + 1)
+    reply = await mcp.call_tool(TOOL, {"seconds": 0}, caps=PLAIN_CAPS)
+    assert reply.result["content"][0]["text"].startswith("slept"), reply.body
+
+
 async def test_only_the_calls_caller_may_cancel_or_reattach_to_it(
     mcp: McpHttp, embedded: Embedded, http_session: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
