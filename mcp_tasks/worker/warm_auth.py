@@ -97,7 +97,12 @@ def caller_of(owner: Owner | None) -> str:
     """
     if owner is None:
         return _NO_PRINCIPAL
-    return hashlib.sha256(f"{owner.tenant}\x00{owner.subject}\x00{owner.issuer}".encode()).hexdigest()[:32]
+    fields = (owner.tenant, owner.subject, owner.issuer)
+    # NUL-joined, as always (calls in flight over an upgrade keep their digest), unless a field holds a NUL:
+    # then that form is ambiguous, and JSON says where each field ends
+    ambiguous = any("\x00" in value for value in fields)
+    preimage = "json:" + json.dumps(fields) if ambiguous else "\x00".join(fields)
+    return hashlib.sha256(preimage.encode()).hexdigest()[:32]
 
 
 @dataclass(slots=True, eq=False)

@@ -9,11 +9,14 @@ expiry, and is taken once.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 
 from mcp_tasks.runtime import call_auth, contract
 from mcp_tasks.runtime.call_auth import CallVerifier
+from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.worker import warm_auth
 from mcp_tasks.worker.warm_auth import WarmCallSigner, WarmSession, new_private_pem
 
 TOOL = "echo"
@@ -146,3 +149,13 @@ def test_a_replayed_offer_opens_nothing_even_after_its_session_was_forgotten_ear
     assert not call(worker, first.credential("call", "e1", CALLER, BODY)), "the first session was dropped"
     assert not worker.open_session([f"Bearer {first_offer}"])
     assert not call(worker, token)
+
+
+def test_principals_whose_fields_hold_a_nul_get_different_caller_digests() -> None:
+    """Our choice (a breaker's finding): `acme`/`alice\\0x` and `acme\\0alice`/`x` joined with NULs gave one
+    digest; a field with a NUL is digested as JSON, any other principal keeps the digest it always had."""
+    one = Owner(tenant="acme", subject="alice\x00x", issuer="static")
+    other = Owner(tenant="acme\x00alice", subject="x", issuer="static")
+    assert warm_auth.caller_of(one) != warm_auth.caller_of(other)
+    plain = Owner(tenant="acme", subject="alice", issuer="static")
+    assert warm_auth.caller_of(plain) == hashlib.sha256(b"acme\x00alice\x00static").hexdigest()[:32]
