@@ -1,4 +1,5 @@
-"""count_primes: long-running work that reports progress (`ctx.report` → the task's `statusMessage`).
+"""count_primes: long-running work that reports progress (`ctx.progress`: the task's `statusMessage`, or
+`notifications/progress` to a synchronous call that sent a `progressToken`).
 
 Counts the primes below `limit` with a segmented, odd-only sieve of Eratosthenes: memory stays at one
 segment whatever the limit, and each prime crosses off its multiples with a single bytearray slice
@@ -67,11 +68,11 @@ def main(ctx: ToolContext) -> dict[str, Any]:
         now = time.monotonic()
         if now - last_report >= REPORT_EVERY_S:
             last_report = now
-            ctx.report(f"sieved {done * 100 // limit}% ({done} of {limit})")
+            ctx.progress(done, limit, f"sieved {done * 100 // limit}% ({done} of {limit})")
 
     ctx.report(f"sieving the numbers below {limit}")
     prime_count = count_primes_below(limit, progress)
-    ctx.report(f"sieved 100% ({limit} of {limit})")  # the completed task keeps its last statusMessage
+    ctx.progress(limit, limit, f"sieved 100% ({limit} of {limit})")
     return {
         "content": [{"type": "text", "text": f"There are {prime_count} primes below {limit}."}],
         "structuredContent": {"limit": limit, "primeCount": prime_count},

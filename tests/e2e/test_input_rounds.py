@@ -211,6 +211,39 @@ async def test_progress_of_a_synchronous_call_streams_on_its_own_post(
     assert plain.headers["Content-Type"].startswith("application/json")
 
 
+async def test_the_example_count_primes_streams_progress_to_a_synchronous_call(
+    embedded: Embedded, http_session: aiohttp.ClientSession, mcp: McpHttp
+) -> None:
+    """README "Try it" (a newcomer saw none): the shipped `count_primes` reports with `ctx.progress`, so a
+    synchronous call with a `progressToken` gets `notifications/progress` with its `total`, then the result."""
+    meta = {**mcp.envelope(PLAIN_CAPS), constants.META_PROGRESS_TOKEN: "primes"}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "tools/call",
+        "params": {"name": "count_primes", "arguments": {"limit": 1_000_000}, "_meta": meta},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
+        constants.HEADER_METHOD: "tools/call",
+        constants.HEADER_NAME: "count_primes",
+    }
+    async with http_session.post(embedded.url, data=json.dumps(body), headers=headers) as response:
+        assert response.content_type == "text/event-stream"
+        messages = await sse_messages(response)
+    *progress, final = messages
+    assert progress and all(m["method"] == "notifications/progress" for m in progress), messages
+    assert progress[-1]["params"] == {
+        "progressToken": "primes",
+        "progress": 1_000_000,
+        "total": 1_000_000,
+        "message": "sieved 100% (1000000 of 1000000)",
+    }
+    assert final["result"]["structuredContent"] == {"limit": 1_000_000, "primeCount": 78498}
+
+
 async def test_progress_of_a_task_is_its_status_message(mcp: McpHttp) -> None:
     task_id = await mcp.start_task("count_primes", {"limit": 3_000_000})
     task = await mcp.wait_task(task_id, lambda t: bool(t.get("statusMessage")) or t["status"] == "completed")
