@@ -60,6 +60,18 @@ def first_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def hint_for(cause: BaseException) -> str:
+    """What to try next, for the refusals a first run meets (no server, no token, not the MCP path)."""
+    text = str(cause)
+    if isinstance(cause, httpx2.ConnectError | OSError):
+        return " (is `make run` serving there?)"
+    if "Unauthorized" in text:
+        return " (this server wants a token: set MCPTASKS_TOKEN to one of its --tokens file)"
+    if "Not Found" in text:
+        return " (the MCP endpoint is the path /mcp, e.g. http://127.0.0.1:8000/mcp)"
+    return ""
+
+
 if __name__ == "__main__":
     url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000/mcp"
     try:
@@ -68,5 +80,4 @@ if __name__ == "__main__":
         cause = first_error(exc)
         if not isinstance(cause, MCPError | httpx2.HTTPError | OSError):
             raise
-        hint = " (is `make run` serving there?)" if isinstance(cause, httpx2.ConnectError | OSError) else ""
-        sys.exit(f"{url}: {type(cause).__name__}: {cause}{hint}")
+        sys.exit(f"{url}: {type(cause).__name__}: {cause}{hint_for(cause)}")
