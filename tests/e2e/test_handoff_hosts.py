@@ -13,20 +13,24 @@ installed with npm into a cache folder of their own; without npm the tests skip,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mcp_tasks.gateway import handoff
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
-from tests.clients import typescript
+from tests.clients import mcp_remote, typescript
 from tests.conftest import Embedded, server_settings, serving, with_tokens
 
 V1_SCRIPT = Path(typescript.__file__).with_name("ts_handoff_v1.mjs")
 FOLLOW_TOOLS = [handoff.STATUS_TOOL, handoff.RESPOND_TOOL, handoff.CANCEL_TOOL]
+BRIDGE_MODES = {"legacy": (), "auto": ("--protocol", "auto")}
+"""mcp-remote's `--protocol` modes and their flags: `legacy` (its default) passes the host's `initialize`
+through; `auto` finds our 2026-07-28 era with `server/discover` and rewrites every request into it."""
 
 
 @pytest.fixture
@@ -85,3 +89,103 @@ async def test_the_typescript_sdk_1x_can_hand_off_a_tool_that_declares_an_output
     )
     assert "thrown" not in seen["started"], seen["started"]
     assert seen["finished"]["structuredContent"] == {"limit": 1000, "primeCount": 168}
+
+
+async def initialized(bridge: mcp_remote.Bridge) -> dict[str, Any]:
+    """The host's handshake through the bridge, as a 2025-11-25 host without the extension sends it."""
+    answer = await bridge.request(
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "a-host", "version": "0"}},
+    )
+    await bridge.notify("notifications/initialized")
+    assert answer["result"]["protocolVersion"] == "2025-11-25", answer
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+async def follow(bridge: mcp_remote.Bridge, task_id: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """`task_status` (waiting up to 2 s on the server each time) until `done(result)`; at most 40 calls."""
+    for _ in range(40):
+        result = await bridge.call_tool(handoff.STATUS_TOOL, {"taskId": task_id, "waitSeconds": 2})
+        assert result.get("resultType") != "task", result
+        if done(result):
+            return result
+    raise AssertionError(f"task {task_id} did not get there")
+
+
+def status_of(result: dict[str, Any]) -> str | None:
+    """The task status a follow tool's result shows; None for the finished tool's own result."""
+    shown = result.get("structuredContent")
+    return shown.get("status") if isinstance(shown, dict) else None
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "".join(block.get("text", "") for block in result["content"])
+
+
+async def start(bridge: mcp_remote.Bridge, tool: str, arguments: dict[str, Any]) -> str:
+    """Call a handoff tool through the bridge: a complete result (never `resultType: "task"`) naming the task."""
+    result = await bridge.call_tool(tool, arguments)
+    assert result.get("resultType") != "task" and not result["isError"], result
+    task_id = str(result["structuredContent"]["taskId"])
+    assert result["structuredContent"]["status"] == "working" and task_id in text_of(result)
+    assert result["_meta"][constants.META_HANDOFF_TASK_ID] == task_id
+    return task_id
+
+
+@pytest.mark.parametrize("mode", BRIDGE_MODES)
+async def test_mcp_remote_bridges_a_host_through_a_handoff_to_the_tools_result(
+    handing_off: Embedded, tmp_path: Path, mode: str
+) -> None:
+    """A host on mcp-remote with a static bearer header, no extension: the follow tools are listed; a
+    sleeper's result comes back through `task_status`; hello_world's question is answered with
+    `task_respond`; a 60 s sleeper is cancelled with `task_cancel`. No sign-in was started."""
+    folder = tmp_path / "bridge"
+    async with mcp_remote.bridged(handing_off.url, "alice-token", folder, *BRIDGE_MODES[mode]) as bridge:
+        await initialized(bridge)
+        tools = await bridge.request("tools/list")
+        assert [tool["name"] for tool in tools["result"]["tools"]][-3:] == FOLLOW_TOOLS
+
+        quick = await start(bridge, "sleeper", {"seconds": 0.3})
+        assert (await handing_off.store.get(quick)).owner.subject == "alice"
+        finished = await follow(bridge, quick, lambda result: status_of(result) is None)
+        assert (text_of(finished), finished["isError"]) == ("slept 0.3s on attempt 1", False)
+        # the modern era's results carry the server's identity in _meta: auto mode really spoke it
+        assert (constants.META_SERVER_INFO in finished["_meta"]) is (mode == "auto")
+
+        hello = await start(bridge, "hello_world", {})
+        waiting = await follow(bridge, hello, lambda result: status_of(result) == "input_required")
+        keys = list(waiting["structuredContent"]["inputRequests"])
+        answers = {key: {"action": "accept", "content": {"name": "Linus"}} for key in keys}
+        responded = await bridge.call_tool(handoff.RESPOND_TOOL, {"taskId": hello, "inputResponses": answers})
+        assert not responded["isError"], responded
+        greeted = await follow(bridge, hello, lambda result: status_of(result) is None)
+        assert text_of(greeted) == "Hello, Linus!"
+
+        long = await start(bridge, "sleeper", {"seconds": 60})
+        cancel = await bridge.call_tool(handoff.CANCEL_TOOL, {"taskId": long})
+        assert not cancel["isError"], cancel
+        cancelled = await follow(bridge, long, lambda result: status_of(result) == "cancelled")
+        assert cancelled["isError"] and "cancelled" in text_of(cancelled)
+        log = bridge.log()
+    assert (await handing_off.store.get(long)).status is TaskStatus.CANCELLED
+    assert "Please authorize" not in log and "Browser opened" not in log, log
+    assert not [path for path in (folder / "config").rglob("*") if path.is_file()], "no OAuth state was stored"
+
+
+@pytest.mark.parametrize("mode", BRIDGE_MODES)
+async def test_through_mcp_remote_another_principals_task_id_answers_like_an_unknown_one(
+    handing_off: Embedded, tmp_path: Path, mode: str
+) -> None:
+    """bob's bridge asks `task_status` about alice's task: the very answer an unknown id gets."""
+    flags = BRIDGE_MODES[mode]
+    async with mcp_remote.bridged(handing_off.url, "alice-token", tmp_path / "alice", *flags) as alice:
+        await initialized(alice)
+        task_id = await start(alice, "sleeper", {"seconds": 60})
+    async with mcp_remote.bridged(handing_off.url, "bob-token", tmp_path / "bob", *flags) as bob:
+        await initialized(bob)
+        foreign = await bob.call_tool(handoff.STATUS_TOOL, {"taskId": task_id, "waitSeconds": 1})
+        unknown = await bob.call_tool(handoff.STATUS_TOOL, {"taskId": "0" * 32, "waitSeconds": 1})
+    assert foreign == unknown
+    assert foreign["isError"] and text_of(foreign) == handoff.UNKNOWN_TASK_TEXT
+    assert (await handing_off.store.get(task_id)).status is TaskStatus.WORKING
