@@ -38,11 +38,13 @@ async def list_tools(ctx: RequestContext, params: PageParams) -> JsonObject:
 
     A tool that names `requiredScopes` is listed only to principals holding them (`identity.scopes`); the
     list then varies by authorisation, so it is `cacheScope: private` (MCP 2026-07-28 `server/tools`). The
-    handoff follow tools (`handoff.listed`) come last, when the principal sees a tool that hands off.
+    handoff follow tools (`handoff.listed`) come last, when the principal sees a tool that hands off; the
+    `outputSchema` of a tool that hands off also admits its handoff answer (`handoff.as_listed`).
     """
     offset = params.offset
     catalog = ctx.services.catalog.list_tools()
-    tools = [spec.tool for spec in scopes.visible(catalog, ctx.identity)] + handoff.listed(ctx)
+    default = ctx.services.settings.handoff_default
+    tools = [handoff.as_listed(spec, default) for spec in scopes.visible(catalog, ctx.identity)] + handoff.listed(ctx)
     size = ctx.services.settings.list_page_size
     page = tools[offset : offset + size]
     result = ListToolsResult(

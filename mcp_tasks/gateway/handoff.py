@@ -138,6 +138,39 @@ _TOOLS: Final = (
 _VALIDATORS: Final = {tool.name: Draft202012Validator(tool.input_schema) for tool in _TOOLS}
 
 
+STARTED_SCHEMA: Final[JsonObject] = {
+    "type": "object",
+    "properties": {
+        "taskId": {"type": "string"},
+        "status": {"type": "string"},
+        "pollIntervalMs": {"type": "integer"},
+    },
+    "required": ["taskId", "status", "pollIntervalMs"],
+}
+"""The `structuredContent` of a handoff answer (`start`)."""
+_ROOT_KEYWORDS: Final = ("$schema", "$id", "$defs", "definitions")
+"""Keywords that stay at the root when a schema is nested (its `$ref`s point from there)."""
+
+
+def as_listed(spec: ToolSpec, default: bool) -> Tool:
+    """`spec`'s tool as `tools/list` shows it (`default`: the server's `handoff_default`).
+
+    A tool that hands off and declares an `outputSchema` lists one that also admits the handoff answer's
+    `structuredContent` (`anyOf` its own and `STARTED_SCHEMA`, root keywords kept at the root): clients
+    check a result's `structuredContent` against the listed schema (MCP `server/tools` Output Schema; the
+    TypeScript SDK 1.x refuses a result that does not match, or has none). The same for every caller, so
+    the listing stays shareable; a task's own result still matches the tool's schema, which the server
+    checks (`ToolSpec.result_errors`).
+    """
+    schema = spec.tool.output_schema
+    if schema is None or not spec.hands_off(default):
+        return spec.tool
+    root = {key: value for key, value in schema.items() if key in _ROOT_KEYWORDS}
+    own = {key: value for key, value in schema.items() if key not in _ROOT_KEYWORDS}
+    widened = {**root, "type": "object", "anyOf": [own, STARTED_SCHEMA]}
+    return spec.tool.model_copy(update={"output_schema": widened})
+
+
 def hands_off(ctx: RequestContext, tool: ToolSpec) -> bool:
     """Whether this call of `tool` is handed off: only without the tasks extension, of a tool that hands off."""
     return not ctx.envelope.declares_tasks and tool.hands_off(ctx.services.settings.handoff_default)

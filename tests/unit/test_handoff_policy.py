@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+from typing import Any
 
+import pytest
+from jsonschema import Draft202012Validator
+
+from mcp_tasks.gateway import handoff
 from mcp_tasks.tasks.errors import InvalidToolManifest
+from mcp_tasks.tasks.tools import ToolSpec
 from tests.unit.manifests import tool_spec
 
 
@@ -28,3 +34,29 @@ def test_a_tool_that_is_never_a_task_never_hands_off() -> None:
 def test_handoff_must_be_a_boolean() -> None:
     with pytest.raises(InvalidToolManifest, match=r"execution\.handoff"):
         tool_spec(handoff="sometimes")
+
+
+def _with_output_schema(schema: dict[str, Any], **execution: Any) -> ToolSpec:
+    spec = tool_spec(**execution)
+    manifest = spec.manifest.model_copy(update={"output_schema": schema})
+    return dataclasses.replace(spec, manifest=manifest, tool=spec.tool.model_copy(update={"output_schema": schema}))
+
+
+def test_a_tool_that_hands_off_lists_an_output_schema_its_handoff_answer_matches() -> None:
+    """Clients check `structuredContent` against the listed `outputSchema` (the TypeScript SDK 1.x refuses a
+    mismatch): the listed schema admits the tool's own results and the handoff answer, keeps `$defs` at the
+    root for its `$ref`s, and is unchanged for a tool that does not hand off."""
+    schema = {
+        "type": "object",
+        "$defs": {"count": {"type": "integer"}},
+        "properties": {"primeCount": {"$ref": "#/$defs/count"}},
+        "required": ["primeCount"],
+    }
+    listed = handoff.as_listed(_with_output_schema(schema, handoff=True), default=False).output_schema
+    assert listed is not None and listed["$defs"] == schema["$defs"]
+    validator = Draft202012Validator(listed)
+    assert validator.is_valid({"primeCount": 168})
+    assert validator.is_valid({"taskId": "ab" * 16, "status": "working", "pollIntervalMs": 1000})
+    assert not validator.is_valid({"primeCount": "many"}), "the tool's own results are still checked"
+    plain = _with_output_schema(schema, handoff=False)
+    assert handoff.as_listed(plain, default=False).output_schema == schema
