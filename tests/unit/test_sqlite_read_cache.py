@@ -29,7 +29,9 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import REPO
 
-NOW = datetime(2026, 12, 7, 4, 0, tzinfo=UTC)
+NOW = datetime.now(UTC).replace(microsecond=0)
+"""When the tasks here are created: now, since the stores read expiry on the real clock (one fixed date
+expired its tasks an hour after it was written)."""
 ALICE = Owner("team", "alice", "static")
 MALLORY = Owner("team", "mallory", "static")
 
