@@ -26,7 +26,7 @@ from typing import Any, Final, cast
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.operator.jobs import WORKER_TOKEN_AUDIENCE, object_name
-from mcp_tasks.operator.labels import TASK_ID_LABEL
+from mcp_tasks.operator.labels import FIRST_ATTEMPT_ANNOTATION, TASK_ID_LABEL
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, StoreUnavailable, TaskNotFound, VersionConflict
@@ -56,12 +56,14 @@ class PodRun:
 
     Attributes:
         task_id: the task the pod's Job runs.
-        run: 1 for the Job's first pod; the Job controller starts the next (an idempotent tool's Job has
-            a `backoffLimit`) only after one failed, so a live pod is run `status.failed + 1` of its Job.
+        run: the task's attempt this pod runs: its Job's first (`FIRST_ATTEMPT_ANNOTATION`, the task's runs
+            before the Job plus one) for the Job's first pod; the Job controller starts the next (an
+            idempotent tool's Job has a `backoffLimit`) only after one failed, so a live pod runs that plus
+            the Job's `status.failed`. `None` for a Job without the annotation (made by an older version).
     """
 
     task_id: str
-    run: int
+    run: int | None
 
 
 class PodIdentity:
@@ -161,8 +163,11 @@ class PodIdentity:
             return None
         if task_ref.kind != "McpTask" or task_ref.name != task_id or task_ref.uid != task["metadata"]["uid"]:
             return None
+        first = (job.metadata.annotations or {}).get(FIRST_ATTEMPT_ANNOTATION)
+        if first is None or not str(first).isdigit():
+            return PodRun(task_id, None)  # a Job of a version before the annotation: its runs are not counted
         failed = int(getattr(job.status, "failed", None) or 0) if job.status is not None else 0
-        return PodRun(task_id, failed + 1)
+        return PodRun(task_id, int(first) + failed)
 
 
 def take_over_for(run: int, clock: Clock = utc_now) -> Callable[[TaskRecord], tuple[TaskRecord, None]]:
@@ -218,7 +223,7 @@ class TaskExecutions:
             return None
         try:
             record = await self.store.get(execution_id)
-            if record.attempt and found.run > record.attempt:  # the Job's next pod: the last run was lost
+            if found.run is not None and record.attempt and found.run > record.attempt:  # the Job's next pod
                 record = await self._take_over(execution_id, found.run)
         except (TaskNotFound, IllegalTransition):
             return None
@@ -227,7 +232,7 @@ class TaskExecutions:
             arguments=record.arguments,
             arguments_ref=record.arguments_ref,
             task_id=record.task_id,
-            attempt=found.run,  # the pod's own run: a write of a superseded one is refused (409)
+            attempt=max(record.attempt, 1) if found.run is None else found.run,  # a superseded run's writes: 409
             pre_input_responses=dict(record.pre_input_responses),
             execution_id=execution_id,
             token=token,

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from mcp_tasks.observability.tracing import ENV_TRACEPARENT
 from mcp_tasks.operator import pods
-from mcp_tasks.operator.labels import owner_reference, run_labels
+from mcp_tasks.operator.labels import FIRST_ATTEMPT_ANNOTATION, owner_reference, run_labels
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
@@ -115,6 +115,7 @@ def build_job(
             "name": name,
             "namespace": task["metadata"]["namespace"],
             "labels": job_labels,
+            "annotations": {FIRST_ATTEMPT_ANNOTATION: str(int((task.get("status") or {}).get("attempt") or 0) + 1)},
             "ownerReferences": [owner_reference(task)],
         },
         "spec": {

@@ -18,6 +18,9 @@ COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 """The Helm release whose NetworkPolicy lets a pod reach the worker API."""
 TASK_ID_LABEL: Final = "mcptasks.io/task-id"
+FIRST_ATTEMPT_ANNOTATION: Final = "mcptasks.io/first-attempt"
+"""On a task's Job: the attempt its first pod runs (the task's runs before the Job, plus one); its next pods,
+started by the Job controller after a failure, run the attempts after it (`operator.credentials`)."""
 MCPTOOL_LABEL: Final = "mcptasks.io/mcptool"
 """Names the McpTool a warm object belongs to."""
 

@@ -507,7 +507,8 @@ async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_other
     lost = await mcp.wait_status(once, "failed", "completed", "cancelled", timeout_s=WAIT_S)
     assert lost["status"] == "failed" and "outcome is unknown" in lost["statusMessage"], lost
     rerun = await mcp.wait_status(again, "failed", "completed", "cancelled", timeout_s=WAIT_S)
-    assert rerun["status"] == "completed", rerun
+    assert rerun["status"] == "completed" and not rerun["result"].get("isError"), rerun
+    assert rerun["result"]["content"][0]["text"] == "slept 8s on attempt 2", "the new Job's pod is run 2"
     stored = get_object(control_plane, namespace, again)
     assert stored is not None and stored["status"]["attempt"] == 2
 
