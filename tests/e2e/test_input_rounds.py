@@ -180,27 +180,41 @@ async def sse_messages(response: aiohttp.ClientResponse) -> list[dict[str, Any]]
     return messages
 
 
-async def test_progress_of_a_synchronous_call_streams_on_its_own_post(
-    embedded: Embedded, http_session: aiohttp.ClientSession, mcp: McpHttp
-) -> None:
-    """`_meta.progressToken` → `notifications/progress` on this POST's SSE stream, then the response."""
-    meta = {**mcp.envelope(PLAIN_CAPS), constants.META_PROGRESS_TOKEN: "p-1"}
+async def call_with_progress(
+    http_session: aiohttp.ClientSession,
+    url: str,
+    mcp: McpHttp,
+    request_id: int,
+    tool: str,
+    arguments: dict[str, Any],
+    token: str,
+) -> list[dict[str, Any]]:
+    """A synchronous `tools/call` of `tool` with `_meta.progressToken` `token`, accepting SSE; every message of
+    the stream (it must be one), in order."""
+    meta = {**mcp.envelope(PLAIN_CAPS), constants.META_PROGRESS_TOKEN: token}
     body = {
         "jsonrpc": "2.0",
-        "id": 7,
+        "id": request_id,
         "method": "tools/call",
-        "params": {"name": "test_tool_with_progress", "arguments": {}, "_meta": meta},
+        "params": {"name": tool, "arguments": arguments, "_meta": meta},
     }
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
         constants.HEADER_METHOD: "tools/call",
-        constants.HEADER_NAME: "test_tool_with_progress",
+        constants.HEADER_NAME: tool,
     }
-    async with http_session.post(embedded.url, data=json.dumps(body), headers=headers) as response:
+    async with http_session.post(url, data=json.dumps(body), headers=headers) as response:
         assert response.content_type == "text/event-stream"
-        messages = await sse_messages(response)
+        return await sse_messages(response)
+
+
+async def test_progress_of_a_synchronous_call_streams_on_its_own_post(
+    embedded: Embedded, http_session: aiohttp.ClientSession, mcp: McpHttp
+) -> None:
+    """`_meta.progressToken` → `notifications/progress` on this POST's SSE stream, then the response."""
+    messages = await call_with_progress(http_session, embedded.url, mcp, 7, "test_tool_with_progress", {}, "p-1")
     *progress, final = messages
     assert [m["params"]["progress"] for m in progress] == [0, 50, 100]
     assert all(m["method"] == "notifications/progress" and m["params"]["progressToken"] == "p-1" for m in progress)
@@ -216,23 +230,8 @@ async def test_the_example_count_primes_streams_progress_to_a_synchronous_call(
 ) -> None:
     """README "Try it" (a newcomer saw none): the shipped `count_primes` reports with `ctx.progress`, so a
     synchronous call with a `progressToken` gets `notifications/progress` with its `total`, then the result."""
-    meta = {**mcp.envelope(PLAIN_CAPS), constants.META_PROGRESS_TOKEN: "primes"}
-    body = {
-        "jsonrpc": "2.0",
-        "id": 8,
-        "method": "tools/call",
-        "params": {"name": "count_primes", "arguments": {"limit": 1_000_000}, "_meta": meta},
-    }
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        constants.HEADER_PROTOCOL_VERSION: constants.PROTOCOL_VERSION,
-        constants.HEADER_METHOD: "tools/call",
-        constants.HEADER_NAME: "count_primes",
-    }
-    async with http_session.post(embedded.url, data=json.dumps(body), headers=headers) as response:
-        assert response.content_type == "text/event-stream"
-        messages = await sse_messages(response)
+    limit = {"limit": 1_000_000}
+    messages = await call_with_progress(http_session, embedded.url, mcp, 8, "count_primes", limit, "primes")
     *progress, final = messages
     assert progress and all(m["method"] == "notifications/progress" for m in progress), messages
     assert progress[-1]["params"] == {
