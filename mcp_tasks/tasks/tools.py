@@ -15,6 +15,8 @@ from typing import Any, Final, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
 from mcp_types import Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -209,9 +211,11 @@ class ToolManifestSpec(_Spec):
         if schema.get("type") != "object":
             raise ValueError('inputSchema must have "type": "object" at its root (MCP 2026-07-28 Tool)')
         try:
-            Draft202012Validator.check_schema(schema)
+            validator_for(schema, default=Draft202012Validator).check_schema(schema)
         except SchemaError as exc:
-            raise ValueError(f"inputSchema is not a valid JSON Schema 2020-12: {exc.message}") from exc
+            raise ValueError(
+                f"inputSchema is not a valid JSON Schema (2020-12 unless $schema names another dialect): {exc.message}"
+            ) from exc
         return schema
 
 
@@ -245,10 +249,13 @@ class ToolSpec:
     base_dir: str | None = None
     header_bindings: tuple[param_headers.HeaderBinding, ...] = ()
     """Arguments mirrored into `Mcp-Param-*` headers (`x-mcp-header`, SEP-2243)."""
-    validator: Draft202012Validator = field(repr=False, compare=False, default=None)  # type: ignore[assignment]  # set in __post_init__
+    validator: Validator = field(repr=False, compare=False, default=None)  # type: ignore[assignment]  # set in __post_init__
+    """Validates arguments in the dialect `inputSchema` names in `$schema` (2020-12 without one; MCP
+    2025-11-25 Tool: draft-07 is common among existing servers)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "validator", Draft202012Validator(self.manifest.input_schema))
+        schema = self.manifest.input_schema
+        object.__setattr__(self, "validator", validator_for(schema, default=Draft202012Validator)(schema))
 
     @property
     def name(self) -> str:
@@ -289,7 +296,7 @@ class ToolSpec:
             return []
         if "structuredContent" not in result:
             return ["the tool declares outputSchema, so its result must carry structuredContent"]
-        validator = Draft202012Validator(schema)
+        validator = validator_for(schema, default=Draft202012Validator)(schema)
         return [
             f"structuredContent/{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {_clip(error.message)}"
             for error in sorted(
