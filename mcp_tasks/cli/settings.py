@@ -24,7 +24,8 @@ from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
 from mcp_tasks.store.settings import ArtifactSettings
-from mcp_tasks.tasks import pod_shape
+from mcp_tasks.tasks import limits, pod_shape
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.tasks.owner import LOCAL_ISSUER, SERVICE_ACCOUNT_ISSUER, STATIC_ISSUER, legacy_issuer
 
 
@@ -124,6 +125,7 @@ class Settings:
     operator: OperatorSettings = field(default_factory=OperatorSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
 
 # Environment variables are derived from the field names: `MCPTASKS_<FIELD>` (upper case), with these
@@ -148,7 +150,7 @@ class SettingField:
 
     Attributes:
         group: the `Settings` attribute holding it (`serve`, `gateway`, `runner`, `kubernetes`, `operator`,
-            `auth`).
+            `auth`, `artifacts`, `limits`).
         name: the field name; its unit is its suffix (`_s` seconds, `_ms` milliseconds, `_bytes` bytes).
         variable: the environment variable that sets it. A limit shared by two groups (for example
             `inline_result_max_bytes` of the runner and of the operator) has one variable for both.
@@ -227,6 +229,11 @@ def _parse(field_: SettingField, text: str) -> object:
     if kind == "ToolDefaults | None":
         try:
             return pod_shape.parse_defaults(text) if text.strip() else None
+        except ValueError as exc:
+            raise SettingsError(f"{field_.variable}: {exc}") from exc
+    if kind == "TenantOverrides":
+        try:
+            return limits.parse_overrides(text)
         except ValueError as exc:
             raise SettingsError(f"{field_.variable}: {exc}") from exc
     if kind == "tuple[Path, ...]":
@@ -402,4 +409,8 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
             "MCPTASKS_INLINE_RESULT_MAX_BYTES, MCPTASKS_MAX_CONCURRENT_TASKS and MCPTASKS_MAX_INPUT_ROUNDS "
             "must be positive"
         )
+    try:
+        settings.limits.check()
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from exc
     return _set(settings, "gateway", "loopback_only", serve.loopback)
