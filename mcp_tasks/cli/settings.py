@@ -413,4 +413,8 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
         settings.limits.check()
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc
+    try:
+        gateway.check()
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from exc
     return _set(settings, "gateway", "loopback_only", serve.loopback)

@@ -27,7 +27,7 @@ async def discover(ctx: RequestContext, params: NoParams) -> JsonObject:
         instructions=(
             "Long-running tools may answer tools/call with a task (resultType 'task'); poll tasks/get with "
             "Mcp-Name set to the taskId, answer inputRequests with tasks/update, stop with tasks/cancel."
-            + (handoff.INSTRUCTIONS if handoff.listed(ctx) else "")
+            + handoff.instructions(ctx)
         ),
     )
     return ctx.complete(result.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -7,7 +7,8 @@ exactly as a task-augmented call creates it, and the call answers at once with a
 `CallToolResult` naming it (text for the model, `structuredContent {taskId, status, pollIntervalMs}`, the id
 in `_meta["io.mcptasks/taskId"]`). Never `resultType: "task"`: the request did not declare the extension.
 
-The caller follows the task with three tools this module lists and serves (`follow`), fixed names:
+The caller follows the task with three tools this module lists and serves (`follow`), named by the
+settings (`GatewaySettings.handoff_status_tool`, `handoff_respond_tool`, `handoff_cancel_tool`; defaults below):
 
 - `task_status {taskId, waitSeconds?}`: waits up to `waitSeconds` (bounded by the task's tool's
   `syncTimeoutSeconds`) on the store's change feed for the status or the pending input requests to change,
@@ -17,7 +18,10 @@ The caller follows the task with three tools this module lists and serves (`foll
 - `task_cancel {taskId}`: `tasks/cancel` (`task_methods.cancel_task`).
 
 They are listed only to a caller that can see at least one handoff tool, and a catalog tool of the same
-name wins. Every lookup goes through the store with the caller as owner, so another principal's task id,
+name wins. A handed-off task may ask a form question (the model asks its user in the conversation and
+answers with `task_respond`); URL elicitation, sampling and roots only where the request itself declared them
+(`answerable`), so no task holds an input request of a kind its caller did not declare. Every lookup goes
+through the store with the caller as owner, so another principal's task id,
 an expired one and an unknown one all raise `TaskNotFound`, answered with the one tool error
 (`UNKNOWN_TASK_TEXT`, same path). Called by `tool_calls`, `legacy` and `discovery`; never creates a hidden task.
 """
@@ -26,8 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from jsonschema import Draft202012Validator
@@ -37,6 +44,7 @@ from mcp_tasks.gateway import task_methods
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
+from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
@@ -54,12 +62,7 @@ logger = logging.getLogger("mcp_tasks.gateway")
 STATUS_TOOL: Final = "task_status"
 RESPOND_TOOL: Final = "task_respond"
 CANCEL_TOOL: Final = "task_cancel"
-
-INSTRUCTIONS: Final = (
-    f" Without the extension, some long tools answer at once with a taskId instead of their result: follow "
-    f"it with {STATUS_TOOL}, answer its questions with {RESPOND_TOOL}, stop it with {CANCEL_TOOL}."
-)
-"""Added to the server's `instructions` (`server/discover`, legacy `initialize`) where the follow tools are listed."""
+"""The follow tools' default names (`GatewaySettings.handoff_*_tool`)."""
 
 WAIT_SLICE_S: Final = 1.0
 """Longest single wait on the change feed inside `task_status`, in seconds: between slices the caller's
@@ -72,70 +75,104 @@ _TASK_ID_SCHEMA: Final[JsonObject] = {
     "description": "The taskId a handed-off tool call answered with.",
 }
 
-_TOOLS: Final = (
-    Tool(
-        name=STATUS_TOOL,
-        title="Task status",
-        description=(
-            "Follow a task that a long tool started in the background. Answers its status and progress, the "
-            "questions it waits for (answer them with task_respond), or, once it is done, the tool's own "
-            "result. waitSeconds waits for a change first (0, the default: answer at once)."
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "taskId": _TASK_ID_SCHEMA,
-                "waitSeconds": {
-                    "type": "number",
-                    "minimum": 0,
-                    "description": "Wait up to this many seconds for the task to change before answering.",
-                },
-            },
-            "required": ["taskId"],
-            "additionalProperties": False,
-        },
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    ),
-    Tool(
-        name=RESPOND_TOOL,
-        title="Answer a task's questions",
-        description=(
-            "Answer the input requests task_status showed for a task: inputResponses maps each request's key "
-            'to its answer (for a question: {"action": "accept", "content": {...}} or {"action": "decline"}).'
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "taskId": _TASK_ID_SCHEMA,
-                "inputResponses": {
-                    "type": "object",
-                    "additionalProperties": {"type": "object"},
-                    "description": "Answers by input request key.",
-                },
-            },
-            "required": ["taskId", "inputResponses"],
-            "additionalProperties": False,
-        },
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
-    ),
-    Tool(
-        name=CANCEL_TOOL,
-        title="Cancel a task",
-        description="Ask a task started in the background to stop. Cooperative: task_status shows when it ended.",
-        input_schema={
-            "type": "object",
-            "properties": {"taskId": _TASK_ID_SCHEMA},
-            "required": ["taskId"],
-            "additionalProperties": False,
-        },
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-        ),
-    ),
-)
-"""The three follow tools, as `tools/list` lists them."""
 
-_VALIDATORS: Final = {tool.name: Draft202012Validator(tool.input_schema) for tool in _TOOLS}
+@dataclass(frozen=True, slots=True)
+class FollowTools:
+    """The three follow tools under the names this server gives them, as `tools/list` lists them.
+
+    `status`, `respond`, `cancel`: the tool names; `tools`: the three `Tool`s in that order;
+    `validators`: name → 2020-12 validator of its `inputSchema`; `instructions`: the sentence added to the
+    server's `instructions` (`server/discover`, legacy `initialize`) where the follow tools are listed.
+    """
+
+    status: str
+    respond: str
+    cancel: str
+    tools: tuple[Tool, ...]
+    validators: Mapping[str, Draft202012Validator]
+    instructions: str
+
+
+@functools.cache
+def follow_tools(status: str = STATUS_TOOL, respond: str = RESPOND_TOOL, cancel: str = CANCEL_TOOL) -> FollowTools:
+    """The follow tools named `status`, `respond` and `cancel` (built once per set of names)."""
+    tools = (
+        Tool(
+            name=status,
+            title="Task status",
+            description=(
+                "Follow a task that a long tool started in the background. Answers its status and progress, the "
+                f"questions it waits for (answer them with {respond}), or, once it is done, the tool's own "
+                "result. waitSeconds waits for a change first (0, the default: answer at once)."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "taskId": _TASK_ID_SCHEMA,
+                    "waitSeconds": {
+                        "type": "number",
+                        "minimum": 0,
+                        "description": "Wait up to this many seconds for the task to change before answering.",
+                    },
+                },
+                "required": ["taskId"],
+                "additionalProperties": False,
+            },
+            annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        ),
+        Tool(
+            name=respond,
+            title="Answer a task's questions",
+            description=(
+                f"Answer the input requests {status} showed for a task: inputResponses maps each request's key "
+                'to its answer (for a question: {"action": "accept", "content": {...}} or {"action": "decline"}).'
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "taskId": _TASK_ID_SCHEMA,
+                    "inputResponses": {
+                        "type": "object",
+                        "additionalProperties": {"type": "object"},
+                        "description": "Answers by input request key.",
+                    },
+                },
+                "required": ["taskId", "inputResponses"],
+                "additionalProperties": False,
+            },
+            annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        ),
+        Tool(
+            name=cancel,
+            title="Cancel a task",
+            description=f"Ask a task started in the background to stop. Cooperative: {status} shows when it ended.",
+            input_schema={
+                "type": "object",
+                "properties": {"taskId": _TASK_ID_SCHEMA},
+                "required": ["taskId"],
+                "additionalProperties": False,
+            },
+            annotations=ToolAnnotations(
+                read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+            ),
+        ),
+    )
+    return FollowTools(
+        status=status,
+        respond=respond,
+        cancel=cancel,
+        tools=tools,
+        validators={tool.name: Draft202012Validator(tool.input_schema) for tool in tools},
+        instructions=(
+            f" Without the extension, some long tools answer at once with a taskId instead of their result: follow "
+            f"it with {status}, answer its questions with {respond}, stop it with {cancel}."
+        ),
+    )
+
+
+def named(settings: GatewaySettings) -> FollowTools:
+    """The follow tools under `settings`' names (`GatewaySettings.follow_tool_names`)."""
+    return follow_tools(*settings.follow_tool_names())
 
 
 STARTED_SCHEMA: Final[JsonObject] = {
@@ -189,20 +226,26 @@ def listed(ctx: RequestContext) -> list[Tool]:
     if not _offered(ctx):
         return []
     catalog = ctx.services.catalog
-    return [tool for tool in _TOOLS if catalog.get_tool(tool.name) is None]
+    return [tool for tool in named(ctx.services.settings).tools if catalog.get_tool(tool.name) is None]
+
+
+def instructions(ctx: RequestContext) -> str:
+    """The sentence about the follow tools for the server's `instructions`, or "" where none is listed."""
+    return named(ctx.services.settings).instructions if listed(ctx) else ""
 
 
 def serves(ctx: RequestContext, name: str) -> bool:
     """Whether `name` is a follow tool this caller may call (listed to it, not shadowed by a catalog tool)."""
-    return name in _VALIDATORS and ctx.services.catalog.get_tool(name) is None and _offered(ctx)
+    follow = named(ctx.services.settings)
+    return name in follow.validators and ctx.services.catalog.get_tool(name) is None and _offered(ctx)
 
 
-def _started_text(record: TaskRecord, limit_s: float) -> str:
+def _started_text(record: TaskRecord, limit_s: float, follow: FollowTools) -> str:
     return (
-        f"Started task {record.task_id} (tool {record.tool}); it runs in the background. Call `{STATUS_TOOL}` "
+        f"Started task {record.task_id} (tool {record.tool}); it runs in the background. Call `{follow.status}` "
         f'with {{"taskId": "{record.task_id}"}} to follow it (add "waitSeconds", up to {limit_s:g}, to wait for a '
-        f"change); once it is done, `{STATUS_TOOL}` answers the tool's own result. If it asks a question, answer "
-        f"with `{RESPOND_TOOL}`; `{CANCEL_TOOL}` stops it."
+        f"change); once it is done, `{follow.status}` answers the tool's own result. If it asks a question, answer "
+        f"with `{follow.respond}`; `{follow.cancel}` stops it."
     )
 
 
@@ -213,18 +256,41 @@ def _wait_limit_s(ctx: RequestContext, tool_name: str) -> float:
     return execution.sync_timeout_seconds
 
 
+def answerable(declared: JsonObject) -> JsonObject:
+    """The input capabilities a handed-off task records: a form question (`elicitation.form`) whatever its
+    caller declared, since the model asks its user in the conversation and answers with `task_respond`; plus
+    the input kinds the creating
+    request declared itself (`declared`, its `clientCapabilities`; `{}` in the legacy era, where a stateless
+    server cannot know what `initialize` said). A URL to open, a sampling request or the roots reach the
+    model only where its host declared them (MCP 2026-07-28: no input request of an undeclared kind).
+    """
+    kinds = transitions.input_capabilities(declared)
+    elicitation = kinds.get("elicitation")
+    modes = dict(elicitation) if isinstance(elicitation, dict) else {}
+    modes.setdefault("form", {})
+    return {**kinds, "elicitation": modes}
+
+
 async def start(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> JsonObject:
     """Create the caller's task for `tool` and answer the call with a `CallToolResult` naming it.
 
     The task is committed before the answer (SEP-2663: durable before the handle), like a task-augmented
-    call's, but without recorded client capabilities: its input requests are answered by the model with
-    `task_respond`, so any kind may be asked. The tool's `inputBeforeTask` requests are asked in-task (the
-    caller has no pre-creation round here). Returns the result without `resultType` (the era frames it).
+    call's; its client capabilities are `answerable`'s (a form question always, other kinds only where this
+    request declared them), so the tool is refused any other kind before it is put (412 to the tool). The
+    tool's `inputBeforeTask` requests are asked in-task (the caller has no pre-creation round here). Returns
+    the result without `resultType` (the era frames it).
 
     Raises:
         StoreUnavailable: the task could not be stored (-32603 family, by the one mapper).
     """
-    record = transitions.new_task(mint_task_id(), ctx.owner, tool, arguments, ctx.services.clock())
+    record = transitions.new_task(
+        mint_task_id(),
+        ctx.owner,
+        tool,
+        arguments,
+        ctx.services.clock(),
+        client_capabilities=answerable(ctx.envelope.client_capabilities),
+    )
     meta = ctx.params.get("_meta")
     client_trace = tracing.valid_traceparent(meta.get(tracing.META_TRACEPARENT) if isinstance(meta, dict) else None)
     with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
@@ -234,7 +300,12 @@ async def start(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> J
         extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash},
     )
     return {
-        "content": [{"type": "text", "text": _started_text(stored, tool.execution.sync_timeout_seconds)}],
+        "content": [
+            {
+                "type": "text",
+                "text": _started_text(stored, tool.execution.sync_timeout_seconds, named(ctx.services.settings)),
+            }
+        ],
         "structuredContent": {
             "taskId": stored.task_id,
             "status": stored.status.value,
@@ -261,19 +332,20 @@ async def follow(ctx: RequestContext, params: CallToolParams) -> JsonObject:
         StoreUnavailable: as any store read (by the one mapper).
     """
     arguments = params.arguments
+    follow = named(ctx.services.settings)
     problems = [
         f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message[:200]}"
-        for error in _VALIDATORS[params.name].iter_errors(arguments)
+        for error in follow.validators[params.name].iter_errors(arguments)
     ]
     if problems:
         return error_result(f"Invalid arguments for tool {params.name!r}: " + "; ".join(problems[:10]))
     task_id = str(arguments["taskId"])
     try:
-        if params.name == STATUS_TOOL:
-            return await _status(ctx, task_id, float(arguments.get("waitSeconds", 0)))
-        if params.name == RESPOND_TOOL:
-            return await _respond(ctx, task_id, dict(arguments["inputResponses"]))
-        return await _cancel(ctx, task_id)
+        if params.name == follow.status:
+            return await _status(ctx, task_id, float(arguments.get("waitSeconds", 0)), follow)
+        if params.name == follow.respond:
+            return await _respond(ctx, task_id, dict(arguments["inputResponses"]), follow)
+        return await _cancel(ctx, task_id, follow)
     except TaskNotFound:
         return error_result(UNKNOWN_TASK_TEXT)
 
@@ -286,7 +358,7 @@ def _view(record: TaskRecord) -> tuple[object, ...]:
     return (record.status, tuple(sorted(record.input_requests)))
 
 
-async def _status(ctx: RequestContext, task_id: str, wait_s: float) -> JsonObject:
+async def _status(ctx: RequestContext, task_id: str, wait_s: float, follow: FollowTools) -> JsonObject:
     """`task_status`: the task now, or after its first visible change within `wait_s` (bounded).
 
     Raises:
@@ -306,10 +378,10 @@ async def _status(ctx: RequestContext, task_id: str, wait_s: float) -> JsonObjec
         if await wait_for_change_or_shutdown(store, shutdown, min(remaining, WAIT_SLICE_S), task_id):
             break
         record = await store.get(task_id, ctx.owner)
-    return _status_result(record, limit_s)
+    return _status_result(record, limit_s, follow)
 
 
-def _status_result(record: TaskRecord, limit_s: float) -> JsonObject:
+def _status_result(record: TaskRecord, limit_s: float, follow: FollowTools) -> JsonObject:
     """The `CallToolResult` `task_status` answers for `record` (see the module docstring)."""
     task_id = record.task_id
     status = record.status
@@ -333,7 +405,7 @@ def _status_result(record: TaskRecord, limit_s: float) -> JsonObject:
     if status is TaskStatus.INPUT_REQUIRED:
         structured["inputRequests"] = dict(record.input_requests)
         lines = [
-            f"{about} is waiting for input. Answer with `{RESPOND_TOOL}` "
+            f"{about} is waiting for input. Answer with `{follow.respond}` "
             f'{{"taskId": "{task_id}", "inputResponses": {{<key>: <answer>, ...}}}}, one answer per key:'
         ]
         lines += [
@@ -343,8 +415,8 @@ def _status_result(record: TaskRecord, limit_s: float) -> JsonObject:
     else:
         progress = f": {record.status_message}" if record.status_message else ""
         text = (
-            f'{about} is still working{progress}. Call `{STATUS_TOOL}` again to follow it ("waitSeconds", up '
-            f"to {limit_s:g}, waits for a change); `{CANCEL_TOOL}` stops it."
+            f'{about} is still working{progress}. Call `{follow.status}` again to follow it ("waitSeconds", up '
+            f"to {limit_s:g}, waits for a change); `{follow.cancel}` stops it."
         )
     return {
         "content": [{"type": "text", "text": text}],
@@ -387,7 +459,7 @@ def describe_request(request: JsonObject) -> str:
     return f"{method} {_compact(params)}"
 
 
-async def _respond(ctx: RequestContext, task_id: str, responses: JsonObject) -> JsonObject:
+async def _respond(ctx: RequestContext, task_id: str, responses: JsonObject, follow: FollowTools) -> JsonObject:
     """`task_respond`: `tasks/update` for the caller's task; an answer that does not fit is a tool error.
 
     Raises:
@@ -398,11 +470,11 @@ async def _respond(ctx: RequestContext, task_id: str, responses: JsonObject) -> 
             ctx, UpdateTaskRequestParams.model_validate({"taskId": task_id, "inputResponses": responses})
         )
     except InvalidInputResponse as exc:
-        return error_result(f"Not delivered: {exc}. Call `{STATUS_TOOL}` to see the questions again.")
+        return error_result(f"Not delivered: {exc}. Call `{follow.status}` to see the questions again.")
     keys = ", ".join(json.dumps(key) for key in responses) or "no keys"
     text = (
         f"Delivered the answers ({keys}) to task {task_id}; answers to keys it no longer waits for are ignored. "
-        f"Call `{STATUS_TOOL}` to follow it."
+        f"Call `{follow.status}` to follow it."
     )
     return {
         "content": [{"type": "text", "text": text}],
@@ -412,14 +484,14 @@ async def _respond(ctx: RequestContext, task_id: str, responses: JsonObject) -> 
     }
 
 
-async def _cancel(ctx: RequestContext, task_id: str) -> JsonObject:
+async def _cancel(ctx: RequestContext, task_id: str, follow: FollowTools) -> JsonObject:
     """`task_cancel`: `tasks/cancel` for the caller's task (a finished task gets the same answer).
 
     Raises:
         TaskNotFound: as `tasks/cancel`.
     """
     await task_methods.cancel_task(ctx, TaskRequestParams.model_validate({"taskId": task_id}))
-    text = f"Asked task {task_id} to stop; stopping is cooperative. Call `{STATUS_TOOL}` to see it end."
+    text = f"Asked task {task_id} to stop; stopping is cooperative. Call `{follow.status}` to see it end."
     return {
         "content": [{"type": "text", "text": text}],
         "structuredContent": {"taskId": task_id},

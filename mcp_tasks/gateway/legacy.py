@@ -115,7 +115,7 @@ async def initialize(ctx: RequestContext, params: InitializeParams) -> web.Respo
         "instructions": (
             "Every tool can be called; long ones stream progress and input requests on the call's response. "
             f"Clients with MCP 2026-07-28 and the {constants.TASKS_EXTENSION} extension get durable tasks instead."
-            + (handoff.INSTRUCTIONS if handoff.listed(ctx) else "")
+            + handoff.instructions(ctx)
         ),
     }
     request_id = ctx.message.request_id

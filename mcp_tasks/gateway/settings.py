@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from mcp_tasks.tasks.tools import TOOL_NAME_PATTERN
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,11 @@ class GatewaySettings:
             manifest leaves `execution.handoff` unset (default false: such calls run synchronously, as
             before). A handed-off call answers at once with a result naming its task, followed with the
             `task_status`, `task_respond` and `task_cancel` tools (docs/handoff.md).
+        handoff_status_tool: the name of the follow tool that shows a handed-off task (default `task_status`).
+            Rename the three when a host also connects another server with tools of these names.
+        handoff_respond_tool: the name of the follow tool that answers its input requests (default
+            `task_respond`).
+        handoff_cancel_tool: the name of the follow tool that cancels it (default `task_cancel`).
     """
 
     server_name: str = "mcp-tasks"
@@ -61,3 +69,24 @@ class GatewaySettings:
     caller_watch_s: float = 30.0
     accept_missing_name_header: bool = False
     handoff_default: bool = False
+    handoff_status_tool: str = "task_status"
+    handoff_respond_tool: str = "task_respond"
+    handoff_cancel_tool: str = "task_cancel"
+
+    def follow_tool_names(self) -> tuple[str, str, str]:
+        """The follow tools' names: status, respond, cancel."""
+        return (self.handoff_status_tool, self.handoff_respond_tool, self.handoff_cancel_tool)
+
+    def check(self) -> None:
+        """Check the fields that have rules of their own.
+
+        Raises:
+            ValueError: a follow tool name that is not an MCP tool name, or two follow tools of one name.
+        """
+        names = self.follow_tool_names()
+        variables = ("MCPTASKS_HANDOFF_STATUS_TOOL", "MCPTASKS_HANDOFF_RESPOND_TOOL", "MCPTASKS_HANDOFF_CANCEL_TOOL")
+        for variable, name in zip(variables, names, strict=True):
+            if not re.fullmatch(TOOL_NAME_PATTERN, name):
+                raise ValueError(f"{variable} must be a tool name matching {TOOL_NAME_PATTERN}, got {name!r}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{', '.join(variables)} must be three different names, got {', '.join(names)}")

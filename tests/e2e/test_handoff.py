@@ -21,13 +21,24 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from mcp_tasks.gateway import handoff
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
 from tests.clients import typescript
-from tests.conftest import PLAIN_CAPS, TASKS_CAPS, Embedded, McpHttp, server_settings, serving, until, with_tokens
+from tests.conftest import (
+    PLAIN_CAPS,
+    TASKS_CAPS,
+    TOOL_DIRS,
+    Embedded,
+    McpHttp,
+    server_settings,
+    serving,
+    until,
+    with_tokens,
+)
 
 TS_SCRIPT = Path(typescript.__file__).with_name("ts_handoff.mjs")
 Mode = Literal["auto", "legacy"]
@@ -47,11 +58,12 @@ async def handing_off(tmp_path: Path) -> AsyncIterator[Embedded]:
 
 
 @contextlib.asynccontextmanager
-async def sdk(server: Embedded, token: str, mode: Mode) -> AsyncIterator[Client]:
-    """The SDK client, without the tasks extension, as `token`'s principal, in `mode`'s era."""
+async def sdk(server: Embedded, token: str, mode: Mode, **options: Any) -> AsyncIterator[Client]:
+    """The SDK client, without the tasks extension, as `token`'s principal, in `mode`'s era (`options`:
+    more `Client` arguments, such as a `sampling_callback`, which declares sampling)."""
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        Client(streamable_http_client(server.url, http_client=http), mode=mode, cache=None) as client,
+        Client(streamable_http_client(server.url, http_client=http), mode=mode, cache=None, **options) as client,
     ):
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else constants.PROTOCOL_VERSION)
         yield client
@@ -79,11 +91,14 @@ async def start(client: Client, tool: str, arguments: dict[str, Any]) -> str:
     return task_id
 
 
-async def status_until(client: Client, task_id: str, *statuses: str, wait_s: float = 2.0) -> CallToolResult:
-    """`task_status` (waiting on the server's change feed) until the task's status is one of `statuses`."""
+async def status_until(
+    client: Client, task_id: str, *statuses: str, wait_s: float = 2.0, tool: str = handoff.STATUS_TOOL
+) -> CallToolResult:
+    """`tool` (`task_status` or its new name; it waits on the server's change feed) until the task's status
+    is one of `statuses`."""
 
     async def reached() -> CallToolResult | None:
-        result = await client.call_tool(handoff.STATUS_TOOL, {"taskId": task_id, "waitSeconds": wait_s})
+        result = await client.call_tool(tool, {"taskId": task_id, "waitSeconds": wait_s})
         shown = result.structured_content if isinstance(result.structured_content, dict) else {}
         return (
             result if shown.get("status") in statuses or ("completed" in statuses and "status" not in shown) else None
@@ -178,13 +193,14 @@ async def test_the_follow_tools_are_listed_only_where_a_handoff_tool_is_visible(
     """Listed after the catalog's tools on a server whose tools hand off, and named in its instructions;
     absent elsewhere, where a call runs synchronously as before."""
     follow = [handoff.STATUS_TOOL, handoff.RESPOND_TOOL, handoff.CANCEL_TOOL]
+    sentence = handoff.follow_tools().instructions
     async with sdk(handing_off, "alice-token", mode) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-        assert client.instructions is not None and client.instructions.endswith(handoff.INSTRUCTIONS)
+        assert client.instructions is not None and client.instructions.endswith(sentence)
     assert names[-3:] == follow
     async with Client(embedded.url, mode=mode, cache=None) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-        assert client.instructions is not None and handoff.INSTRUCTIONS not in client.instructions
+        assert client.instructions is not None and sentence not in client.instructions
         assert not set(follow) & set(names)
         refused = await client.call_tool("sleeper", {"seconds": 0})
         assert text_of(refused) == "slept 0s on attempt 1", "no handoff: the call runs synchronously as before"
@@ -234,3 +250,100 @@ async def test_the_typescript_client_follows_answers_and_cancels_handed_off_task
     assert seen["greeted"] == "Hello, Grace!"
     assert seen["cancelled"]["isError"] and "cancelled" in seen["cancelled"]["text"]
     assert (await handing_off_locally.store.get(seen["cancelled"]["taskId"])).status is TaskStatus.CANCELLED
+
+
+KIND_ASKER = """\
+apiVersion: mcptasks.io/v1alpha1
+kind: McpTool
+metadata: {{name: kind-asker}}
+spec:
+  name: kind_asker
+  description: Asks one input request of the kind given and says what came back.
+  inputSchema: {{type: object, properties: {{kind: {{enum: [form, url, sampling, roots]}}}}, required: [kind]}}
+  execution: {{taskPolicy: optional, handoff: true}}
+  container: {{command: [python, tools.py, kind_asker], workingDir: {tools}}}
+"""
+
+
+@pytest.fixture
+async def renamed(tmp_path: Path) -> AsyncIterator[Embedded]:
+    """`handing_off` with the follow tools renamed (bg_status, bg_respond, bg_cancel) and `kind_asker`."""
+    folder = tmp_path / "asking"
+    folder.mkdir()
+    (folder / "kind_asker.yaml").write_text(KIND_ASKER.format(tools=TOOL_DIRS[1]))
+    settings = with_tokens(server_settings(tmp_path / "data"), tmp_path)
+    gateway = replace(
+        settings.gateway,
+        handoff_default=True,
+        handoff_status_tool="bg_status",
+        handoff_respond_tool="bg_respond",
+        handoff_cancel_tool="bg_cancel",
+    )
+    settings = replace(settings, serve=replace(settings.serve, tools_dirs=(*TOOL_DIRS, folder)), gateway=gateway)
+    async with serving(settings) as server:
+        yield server
+
+
+async def _finished_text(client: Client, task_id: str) -> str:
+    """Follow `task_id` with `bg_status` until it completes; its own result's text."""
+    return text_of(await status_until(client, task_id, "completed", tool="bg_status"))
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_follow_tools_take_the_names_the_settings_give(renamed: Embedded, mode: Mode) -> None:
+    """`MCPTASKS_HANDOFF_STATUS_TOOL` and its two siblings rename the follow tools everywhere the model reads
+    them (the listing, the instructions, the started text); the default names are then not served."""
+    async with sdk(renamed, "alice-token", mode) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        assert names[-3:] == ["bg_status", "bg_respond", "bg_cancel"]
+        assert client.instructions is not None and "follow it with bg_status" in client.instructions
+        started = await client.call_tool("sleeper", {"seconds": 0.2})
+        task_id = str(structured(started)["taskId"])
+        assert "Call `bg_status`" in text_of(started) and handoff.STATUS_TOOL not in text_of(started)
+        assert await _finished_text(client, task_id) == "slept 0.2s on attempt 1"
+        with pytest.raises(MCPError, match="unknown tool 'task_status'"):
+            await client.call_tool(handoff.STATUS_TOOL, {"taskId": task_id})
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_handed_off_task_asks_a_form_question_and_no_kind_its_caller_did_not_declare(
+    renamed: Embedded, mode: Mode
+) -> None:
+    """A host that declared nothing may be asked a form question (the model asks its user and answers with
+    `task_respond`); a URL to open, a sampling request or the roots are refused to the tool before anything
+    is put (MCP 2026-07-28: no input request of a kind the client did not declare)."""
+    async with sdk(renamed, "alice-token", mode) as client:
+        for kind, capability in (("url", "elicitation.url"), ("sampling", "sampling"), ("roots", "roots")):
+            started = await client.call_tool("kind_asker", {"kind": kind})
+            task_id = str(structured(started)["taskId"])
+            assert await _finished_text(client, task_id) == f"refused: {capability}", kind
+            assert (await renamed.store.get(task_id)).input_requests == {}, kind
+        started = await client.call_tool("kind_asker", {"kind": "form"})
+        task_id = str(structured(started)["taskId"])
+        waiting = await status_until(client, task_id, "input_required", tool="bg_status")
+        [(key, request)] = structured(waiting)["inputRequests"].items()
+        assert request["method"] == "elicitation/create"
+        await client.call_tool(
+            "bg_respond", {"taskId": task_id, "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}}}
+        )
+        assert await _finished_text(client, task_id) == 'answered: {"action": "accept", "content": {"name": "Ada"}}'
+
+
+async def test_a_host_that_declared_sampling_is_asked_for_it_through_the_follow_tools(renamed: Embedded) -> None:
+    """On the 2026-07-28 wire the request's own `clientCapabilities` count: a host that declared sampling
+    gets the tool's sampling request in `bg_status`, and the model answers it with `bg_respond`."""
+
+    async def never_called(*_: Any) -> Any:
+        raise AssertionError("the server never sends requests on a handed-off call")
+
+    async with sdk(renamed, "alice-token", "auto", sampling_callback=never_called) as client:
+        started = await client.call_tool("kind_asker", {"kind": "sampling"})
+        task_id = str(structured(started)["taskId"])
+        record = await renamed.store.get(task_id)
+        assert record.client_capabilities is not None and "sampling" in record.client_capabilities
+        waiting = await status_until(client, task_id, "input_required", tool="bg_status")
+        [(key, request)] = structured(waiting)["inputRequests"].items()
+        assert request["method"] == "sampling/createMessage"
+        answer = {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}
+        await client.call_tool("bg_respond", {"taskId": task_id, "inputResponses": {key: answer}})
+        assert (await _finished_text(client, task_id)).startswith("answered: ")

@@ -73,6 +73,7 @@ def test_the_examples_template_is_generated_from_examples_tools() -> None:
         ("gateway.replica=2", "at '/gateway': additional properties 'replica' not allowed"),
         ("operator.workerPort=70000", "at '/operator/workerPort': maximum: got 70,000, want 65,535"),
         ("gateway.logLevel=LOUD", "at '/gateway/logLevel'"),
+        ("gateway.handoffTools.status=task status", "at '/gateway/handoffTools/status': 'task status' does not match"),
     ],
 )
 def test_a_wrong_value_fails_naming_the_key(control_plane: ControlPlane, setting: str, message: str) -> None:

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from mcp_tasks.runtime import ToolContext, content, contract, run
+from mcp_tasks.runtime import ClientLacksCapability, ToolContext, content, contract, run
 
 
 def sleeper(ctx: ToolContext) -> str:
@@ -216,7 +216,25 @@ def memory_hog(ctx: ToolContext) -> str:
     return f"held {len(held) // (1024 * 1024)} MiB"
 
 
+def kind_asker(ctx: ToolContext) -> str:
+    """Asks one input request of the kind `arguments.kind` (form, url, sampling, roots); says what came back."""
+    kind = ctx.arguments["kind"]
+    try:
+        if kind == "sampling":
+            answer: Any = ctx.sample("s", [{"role": "user", "content": {"type": "text", "text": "hi"}}], 16)
+        elif kind == "roots":
+            answer = ctx.list_roots()
+        elif kind == "url":
+            answer = ctx.elicit_url("u", "Sign in", "https://example.com/sign-in", "sign-in-1")
+        else:
+            answer = ctx.elicit("f", "Your name?", {"name": {"type": "string"}})
+    except ClientLacksCapability as exc:
+        return f"refused: {exc.capability}"
+    return f"answered: {json.dumps(answer, sort_keys=True)}"
+
+
 TOOLS: dict[str, Callable[[ToolContext], dict[str, Any] | str]] = {
+    "kind_asker": kind_asker,
     "env_echo": env_echo,
     "memory_hog": memory_hog,
     "warm_late": warm_late,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, validate
 from mcp_tasks.gateway import handoff
 from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.tools import ToolSpec
@@ -60,3 +61,45 @@ def test_a_tool_that_hands_off_lists_an_output_schema_its_handoff_answer_matches
     assert not validator.is_valid({"primeCount": "many"}), "the tool's own results are still checked"
     plain = _with_output_schema(schema, handoff=False)
     assert handoff.as_listed(plain, default=False).output_schema == schema
+
+
+@pytest.mark.parametrize(
+    ("declared", "recorded"),
+    [
+        ({}, {"elicitation": {"form": {}}}),
+        ({"elicitation": {}}, {"elicitation": {"form": {}}}),
+        ({"elicitation": {"url": {}}}, {"elicitation": {"url": {}, "form": {}}}),
+        ({"sampling": {}, "experimental": {"x": {}}}, {"sampling": {}, "elicitation": {"form": {}}}),
+        ({"roots": {"listChanged": True}}, {"roots": {"listChanged": True}, "elicitation": {"form": {}}}),
+    ],
+)
+def test_a_handed_off_task_may_ask_a_form_question_and_what_its_request_declared(
+    declared: dict[str, Any], recorded: dict[str, Any]
+) -> None:
+    """A form question always (the model asks its user and answers with `task_respond`); a URL to open,
+    sampling or the roots only where the request declared them; other capabilities are not input kinds."""
+    assert handoff.answerable(declared) == recorded
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({"MCPTASKS_HANDOFF_STATUS_TOOL": "task status"}, "MCPTASKS_HANDOFF_STATUS_TOOL"),
+        ({"MCPTASKS_HANDOFF_CANCEL_TOOL": ""}, "MCPTASKS_HANDOFF_CANCEL_TOOL"),
+        ({"MCPTASKS_HANDOFF_RESPOND_TOOL": "task_status"}, "three different names"),
+    ],
+)
+def test_follow_tool_names_that_are_not_tool_names_or_collide_fail_at_start_up(
+    environment: dict[str, str], named: str
+) -> None:
+    with pytest.raises(SettingsError, match=named):
+        validate(from_environment(Settings(), environment), "gateway")
+
+
+def test_renamed_follow_tools_keep_their_schemas_and_name_each_other() -> None:
+    renamed = handoff.follow_tools("bg_status", "bg_respond", "bg_cancel")
+    assert [tool.name for tool in renamed.tools] == ["bg_status", "bg_respond", "bg_cancel"]
+    assert [tool.input_schema for tool in renamed.tools] == [tool.input_schema for tool in handoff.follow_tools().tools]
+    status, respond, cancel = (tool.description or "" for tool in renamed.tools)
+    assert "bg_respond" in status and "bg_status" in respond and "bg_status" in cancel
+    assert "task_" not in status + respond + cancel
