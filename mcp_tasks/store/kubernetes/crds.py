@@ -24,16 +24,20 @@ from pydantic import BaseModel
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes.resources import (
     GROUP,
+    SERVER_KIND,
+    SERVER_PLURAL,
     TASK_KIND,
     TASK_PLURAL,
     TOOL_KIND,
     TOOL_PLURAL,
     VERSION,
+    McpServerStatus,
     McpTaskSpec,
     McpTaskStatus,
     McpToolStatus,
 )
 from mcp_tasks.tasks import pod_shape
+from mcp_tasks.tasks.servers import ServerManifestSpec
 from mcp_tasks.tasks.tools import ToolManifestSpec
 
 CATEGORY: Final = "mcp"
@@ -263,6 +267,47 @@ def mcptool_crd() -> JsonObject:
     return _definition(TOOL_KIND, TOOL_PLURAL, ["mcptl"], schema, columns, status=True)
 
 
+def mcpserver_crd() -> JsonObject:
+    """The McpServer CRD: an existing MCP server (unmodified image) whose listed tools become task tools."""
+    spec = structural_schema(ServerManifestSpec)
+    spec["description"] = "An MCP server whose tools are served as durable task tools (docs/mcp-servers.md)."
+    container = _at(spec, "container")
+    container["required"] = sorted({*container.get("required", []), "image"})  # a pod needs an image
+    _pod_shape_rules(container)
+    spec["required"] = sorted({*spec.get("required", []), "container"})  # `http.url` is embedded only
+    spec["x-kubernetes-validations"] = [
+        *_rule(
+            "self.transport != 'streamable-http' || has(self.http)",
+            "transport streamable-http needs spec.http ({port, path})",
+        ),
+        *_rule("self.transport != 'stdio' || !has(self.http)", "spec.http is for transport streamable-http only"),
+        *_rule("!has(self.http) || !has(self.http.url)", "spec.http.url is for embedded servers only"),
+    ]
+    status = structural_schema(McpServerStatus)
+    status["description"] = "What discovery found and whether the gateways serve it; written by the operator."
+    server_conditions = _at(status, "conditions")
+    server_conditions["x-kubernetes-list-type"] = "map"
+    server_conditions["x-kubernetes-list-map-keys"] = ["type"]
+    server_conditions["maxItems"] = 8
+    schema = _root(
+        "An MCP server (stdio or Streamable HTTP) run from `spec.container.image`, unmodified; each tool it "
+        "lists is a task tool, run per call as a Job with the server beside its bridge.",
+        spec,
+        status,
+    )
+    columns = [
+        _column("Transport", ".spec.transport"),
+        _column("Tools", ".status.toolCount", kind="integer", description="tools the gateways serve"),
+        _column("Ready", '.status.conditions[?(@.type=="Ready")].status', description="every exposed tool served"),
+        _column("Discovered", '.status.conditions[?(@.type=="Discovered")].status', priority=1),
+        _column("Server", ".status.serverInfo.name", priority=1, description="serverInfo.name"),
+        _column("Protocol", ".status.protocolVersion", priority=1, description="the MCP revision it speaks"),
+        _column("Image", ".spec.container.image", priority=1),
+        _column("Age", ".metadata.creationTimestamp", kind="date"),
+    ]
+    return _definition(SERVER_KIND, SERVER_PLURAL, ["mcps"], schema, columns, status=True)
+
+
 def _rule(rule: str, message: str) -> list[JsonObject]:
     return [{"rule": rule, "message": message}]
 
@@ -330,4 +375,5 @@ def rendered() -> dict[str, str]:
     return {
         "mcptasks.yaml": text(mcptask_crd()),
         "mcptools.yaml": text(mcptool_crd()),
+        "mcpservers.yaml": text(mcpserver_crd()),
     }

@@ -24,6 +24,8 @@ TASK_KIND: Final = "McpTask"
 TASK_PLURAL: Final = "mcptasks"
 TOOL_KIND: Final = "McpTool"
 TOOL_PLURAL: Final = "mcptools"
+SERVER_KIND: Final = "McpServer"
+SERVER_PLURAL: Final = "mcpservers"
 
 TENANT_LABEL: Final = f"{GROUP}/tenant"
 """Label carrying the owner's tenant (or `sha256-<16 hex>` when the tenant is not a valid label value)."""
@@ -162,6 +164,39 @@ class McpToolStatus(_Resource):
 
     conditions: list[TaskCondition] = Field(default_factory=list)
     warm: WarmStatus | None = None
+
+
+class McpServerStatus(_Stored):
+    """`status` of an McpServer, written by the operator from the server's own discovery (docs/mcp-servers.md).
+
+    The catalogs serve the tools listed here (`tools`, each `Tool` verbatim as the server sent it), so a
+    gateway needs no call to the server to answer `tools/list`. Conditions: `Discovered` (`True`, reason
+    `Discovered`, once discovery of the current `metadata.generation` succeeded; `False` with reason
+    `DiscoveryFailed` or `Pending`) and `Ready` (`True` when every exposed tool is served; `False` with
+    reason `NotDiscovered`, `ToolsRefused` (a name clash or an unusable schema, the message names both
+    sides) or `InvalidManifest`). Unknown fields a newer version wrote are kept.
+    """
+
+    protocol_version: str | None = Field(None, alias="protocolVersion", max_length=64)
+    """The MCP revision the server speaks (its `initialize` answer, or the one chosen by `server/discover`)."""
+    server_info: JsonObject | None = Field(None, alias="serverInfo")
+    """The server's `Implementation` (`{name, version, title?, ...}`), verbatim."""
+    capabilities: JsonObject | None = None
+    """The server's declared capabilities, verbatim."""
+    instructions: str | None = Field(None, max_length=65536)
+    tools: list[JsonObject] = Field(default_factory=list, max_length=1024)
+    """Every `Tool` of the server's (paginated) `tools/list`, verbatim, in listing order."""
+    tool_count: int = Field(0, alias="toolCount", ge=0)
+    """How many tools the gateways serve from this server (for `kubectl get mcpservers`)."""
+    served_tools: list[str] = Field(default_factory=list, alias="servedTools", max_length=1024)
+    """The tool names (with `toolNamePrefix`) the gateways serve from this server."""
+    observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
+    """The `metadata.generation` whose spec the tools above were discovered with."""
+    discovered_at: str | None = Field(None, alias="discoveredAt", json_schema_extra={"format": "date-time"})
+    """When the last successful discovery finished."""
+    last_error: str | None = Field(None, alias="lastError", max_length=32768)
+    """Why the last discovery failed (kept until one succeeds)."""
+    conditions: list[TaskCondition] = Field(default_factory=list)
 
 
 class McpTaskStatus(_Stored):
