@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes_asyncio.client import ApiClient
 
+from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
+from mcp_tasks.tasks.servers import ServerToolSpec
 from tests.controlplane.cluster import ControlPlane
+from tests.kube.conftest import until
 
 EVERYTHING: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -95,3 +99,72 @@ def test_status_is_a_subresource_and_kubectl_get_shows_transport_tools_and_ready
     )
     read = json.loads(control_plane.kubectl("get", "-n", namespace, "mcpserver/everything", "-o", "json"))
     assert read["status"]["toolCount"] == 1
+
+
+def _discovered(tools: list[dict[str, Any]], generation: int = 1) -> dict[str, Any]:
+    """An McpServer status as the operator's discovery writes it (`operator/server_discovery.py`)."""
+    return {
+        "protocolVersion": "2025-06-18",
+        "serverInfo": {"name": "mcp-time", "version": "1.0.0"},
+        "capabilities": {"tools": {"listChanged": True}},
+        "tools": tools,
+        "observedGeneration": generation,
+    }
+
+
+GET_TIME: dict[str, Any] = {
+    "name": "get_current_time",
+    "description": "Get current time in a specific timezone",
+    "inputSchema": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"timezone": {"type": "string"}},
+        "required": ["timezone"],
+    },
+    "annotations": {"readOnlyHint": True},
+    "_meta": {"vendor/x": 1},
+}
+
+
+async def test_the_catalog_serves_discovered_tools_from_status_and_refuses_a_clash_naming_both(
+    control_plane: ControlPlane, namespace: str, api_client: ApiClient
+) -> None:
+    time_server = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "time"},
+        "spec": {
+            "container": {"image": "registry.example/mcp/time:1", "command": ["mcp-server-time"]},
+            "toolNamePrefix": "",
+        },
+    }
+    _apply(control_plane, namespace, time_server)
+    catalog = KubernetesToolCatalog(api_client, namespace, watch_timeout_s=30)
+    await catalog.open()
+    try:
+        assert catalog.get_tool("get_current_time") is None  # not discovered yet: nothing served
+        verdict = catalog.server_verdicts()["time"]
+        assert not verdict.discovered and verdict.served == ()
+        clash = {**GET_TIME, "name": "divide"}  # an McpTool of examples/tools declares `divide`
+        status = _discovered([GET_TIME, clash])
+        control_plane.kubectl(
+            "patch", "-n", namespace, "mcpserver/time", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": status}),
+        )  # fmt: skip
+        served = await until(lambda: catalog.get_tool("get_current_time"))
+        assert isinstance(served, ServerToolSpec)
+        assert served.tool.input_schema == GET_TIME["inputSchema"]  # verbatim, in its own dialect
+        assert served.listed == GET_TIME and served.execution.idempotent  # readOnlyHint: a re-run is safe
+        assert served.server_tool_name == "get_current_time"
+        assert "get_current_time" in [tool.name for tool in catalog.list_tools()]
+        divide = catalog.get_tool("divide")
+        assert divide is not None and not isinstance(divide, ServerToolSpec)  # the McpTool keeps its name
+        verdict = catalog.server_verdicts()["time"]
+        assert verdict.discovered and verdict.served == ("get_current_time",)
+        (refusal,) = verdict.refusals
+        assert f"mcpserver/time in namespace {namespace}" in refusal and "'divide'" in refusal
+        assert f"mcptool/divide in namespace {namespace}" in refusal  # both sides named
+        control_plane.kubectl("delete", "-n", namespace, "mcpserver/time")
+        await until(lambda: catalog.get_tool("get_current_time") is None)
+    finally:
+        await catalog.aclose()

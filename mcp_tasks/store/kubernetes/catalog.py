@@ -13,17 +13,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.store.kubernetes.resources import TOOL_PLURAL
+from mcp_tasks.store.kubernetes import client
+from mcp_tasks.store.kubernetes.resources import SERVER_PLURAL, TOOL_PLURAL
 from mcp_tasks.store.kubernetes.watch import Reflector
 from mcp_tasks.tasks.errors import InvalidToolManifest
+from mcp_tasks.tasks.servers import BRIDGE_MODULE, Discovery, parse_server_manifest, tool_specs
 from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
+
+BRIDGE_COMMAND: Final = ("python", "-m", BRIDGE_MODULE)
+"""argv of the bridge in the project's image (the per-call pod's `bridge` container, `operator/server_jobs.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,49 @@ class ToolVerdict:
     message: str
     generation: int
     conditions: list[JsonObject]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerVerdict:
+    """Whether one McpServer's tools are served.
+
+    `discovered`: its status holds a discovery (`status.tools`) the catalog could read; `served` the tool
+    names (with prefix) served from it; `refusals` a sentence per listed tool left out (a name clash names
+    both declarations, a schema that is not one says why); `problem` why none can be served (an invalid
+    manifest), else `None`.
+    """
+
+    discovered: bool
+    served: tuple[str, ...]
+    refusals: tuple[str, ...] = ()
+    problem: str | None = None
+    generation: int = 1
+    status: JsonObject = field(default_factory=dict)
+
+
+class _Servers:
+    """The McpServers' local copy, fed by its own `Reflector`; every change rebuilds the catalog."""
+
+    def __init__(self, catalog: KubernetesToolCatalog) -> None:
+        self.catalog = catalog
+        self.objects: dict[str, JsonObject] = {}
+        self._listing: dict[str, JsonObject] = {}
+
+    def listed_page(self, items: Sequence[JsonObject]) -> None:
+        self._listing.update({str(item["metadata"]["name"]): item for item in items})
+
+    def listed(self, names: set[str]) -> None:
+        self.objects = {name: obj for name, obj in self._listing.items() if name in names}
+        self._listing = {}
+        self.catalog._rebuild()
+
+    def apply_event(self, kind: str, obj: JsonObject) -> None:
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED":
+            self.objects.pop(name, None)
+        else:
+            self.objects[name] = obj
+        self.catalog._rebuild()
 
 
 class KubernetesToolCatalog:
@@ -65,19 +114,41 @@ class KubernetesToolCatalog:
         self.reflector = Reflector(
             api_client, self, plural=TOOL_PLURAL, namespace=namespace, watch_timeout_s=watch_timeout_s
         )
+        self._servers = _Servers(self)
+        self._server_verdicts: dict[str, ServerVerdict] = {}
+        self.server_reflector: Reflector | None = Reflector(
+            api_client, self._servers, plural=SERVER_PLURAL, namespace=namespace, watch_timeout_s=watch_timeout_s
+        )
 
     async def open(self) -> None:
-        """List the McpTools and start watching them.
+        """List the McpTools and McpServers and start watching them.
+
+        An API server without the McpServer CRD (a CRD chart older than this version) serves McpTools
+        alone, with a warning.
 
         Raises:
             client.ApiError: the McpTool CRD is not installed (404) or listing is forbidden (403).
             StoreUnavailable: the API server did not answer for the reflector's start-up deadline.
         """
         await self.reflector.start()
+        if self.server_reflector is not None:
+            try:
+                await self.server_reflector.start()
+            except client.NotFound:
+                logger.warning("the McpServer CRD is not installed: MCP servers are not served (upgrade the CRD chart)")
+                await self.server_reflector.aclose()
+                self.server_reflector = None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the copy may be stale (either reflector's `not_ready_reason`), or `None`."""
+        servers = self.server_reflector.not_ready_reason() if self.server_reflector is not None else None
+        return self.reflector.not_ready_reason() or servers
 
     async def aclose(self) -> None:
         """Stop watching."""
         await self.reflector.aclose()
+        if self.server_reflector is not None:
+            await self.server_reflector.aclose()
 
     def list_tools(self) -> Sequence[ToolSpec]:
         """All valid tools, sorted by tool name."""
@@ -94,6 +165,14 @@ class KubernetesToolCatalog:
     def served(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
         """McpTool object name → (the object, its tool) for every McpTool that is served."""
         return self._served
+
+    def server_verdicts(self) -> dict[str, ServerVerdict]:
+        """McpServer object name → which of its tools are served and why the others are not."""
+        return self._server_verdicts
+
+    def servers(self) -> dict[str, JsonObject]:
+        """McpServer object name → the object, as last seen (what discovery runs for)."""
+        return dict(self._servers.objects)
 
     def warm_endpoints(self, tool: str) -> tuple[str, ...]:
         """`host:port` of each ready warm worker of tool `tool` (its McpTool's `status.warm.endpoints`)."""
@@ -161,6 +240,7 @@ class KubernetesToolCatalog:
             served[name] = (obj, spec)
             if spec.warm is not None:
                 endpoints[spec.name] = _warm_endpoints(obj)
+        self._server_verdicts = self._add_servers(tools)
         self._tools = tools
         self._sorted = [tools[name] for name in sorted(tools)]
         self._verdicts = verdicts
@@ -168,6 +248,60 @@ class KubernetesToolCatalog:
         self._endpoints = endpoints
         for listener in self._listeners:
             listener.set()
+
+    def _add_servers(self, tools: dict[str, ToolSpec]) -> dict[str, ServerVerdict]:
+        """Add each McpServer's discovered tools to `tools` (oldest server first); the servers' verdicts."""
+        verdicts: dict[str, ServerVerdict] = {}
+        oldest_first = sorted(
+            self._servers.objects.values(),
+            key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), str(o["metadata"]["name"])),
+        )
+        for obj in oldest_first:
+            name = str(obj["metadata"]["name"])
+            source = f"mcpserver/{name} in namespace {self.namespace}"
+            generation = int(obj["metadata"].get("generation") or 1)
+            status: JsonObject = obj.get("status") or {}
+            try:
+                server = parse_server_manifest(_manifest(obj), source=source)
+            except InvalidToolManifest as exc:
+                self._report(f"skipping {exc}")
+                verdicts[name] = ServerVerdict(False, (), problem=str(exc), generation=generation, status=status)
+                continue
+            discovery = _discovery(status)
+            if discovery is None:
+                verdicts[name] = ServerVerdict(False, (), generation=generation, status=status)
+                continue
+            specs, refusals = tool_specs(server, discovery, BRIDGE_COMMAND)
+            served: list[str] = []
+            for spec in specs:
+                if spec.name in tools:
+                    refusals.append(
+                        f"{source}: tool {spec.name!r} is refused: it is already declared by {tools[spec.name].source}"
+                    )
+                    continue
+                tools[spec.name] = spec
+                served.append(spec.name)
+            for refusal in refusals:
+                self._report(refusal)
+            verdicts[name] = ServerVerdict(True, tuple(served), tuple(refusals), generation=generation, status=status)
+        return verdicts
+
+
+def _discovery(status: JsonObject) -> Discovery | None:
+    """What the operator's discovery wrote into an McpServer's status, or `None` before the first one."""
+    tools = status.get("tools")
+    info = status.get("serverInfo")
+    if not isinstance(tools, list) or not isinstance(info, dict) or not status.get("protocolVersion"):
+        return None
+    capabilities = status.get("capabilities")
+    instructions = status.get("instructions")
+    return Discovery(
+        protocol_version=str(status["protocolVersion"]),
+        server_info=info,
+        tools=tuple(tool for tool in tools if isinstance(tool, dict)),
+        capabilities=capabilities if isinstance(capabilities, dict) else {},
+        instructions=instructions if isinstance(instructions, str) else None,
+    )
 
 
 def _manifest(obj: JsonObject) -> JsonObject:
