@@ -145,6 +145,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()
         await artifacts.open()
+        await catalog.discover_servers()  # before the runner: a run adopted after a crash needs its tool
         await runner.start()
         try:
             yield

@@ -152,3 +152,14 @@ PATH_HEALTH: Final = "/healthz"
 """Served by a warm worker: GET → 200 `{"status": "ok", "calls": N, "concurrency": C}`, 503 once it drains."""
 EVENT_FINAL: Final = frozenset({"result", "error", "cancelled", "inputRequired", "crashed"})
 """The `event` values that end a warm call's stream."""
+
+# ---------------------------------------------------------------- the McpServer bridge (`mcp_tasks.bridge`)
+
+ENV_BRIDGE_SERVER: Final = "MCPTASKS_BRIDGE_SERVER"
+"""The bridge's server as JSON: `{server, transport, command, env, workingDir, http}` (written by
+`tasks/servers.py:bridge_target`, read by `bridge/target.py`; docs/mcp-servers.md)."""
+ENV_BRIDGE_TOOL: Final = "MCPTASKS_BRIDGE_TOOL"
+"""The server's own name of the tool the bridge calls (without the McpServer's `toolNamePrefix`)."""
+ENV_BRIDGE_IDEMPOTENT: Final = "MCPTASKS_BRIDGE_IDEMPOTENT"
+"""`true` when the tool's `execution.idempotent` holds: a call the server lost mid-way is sent again to a
+fresh server by the bridge itself; otherwise its outcome is reported unknown."""

@@ -25,6 +25,7 @@ from mcp_types import Tool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.tools import (
     ContainerSpec,
@@ -36,10 +37,12 @@ from mcp_tasks.tasks.tools import (
 )
 
 KIND_SERVER: Final = "McpServer"
-ENV_BRIDGE_SERVER: Final = "MCPTASKS_BRIDGE_SERVER"
-"""The bridge's view of its server, as JSON (`BridgeTarget`): how to start and reach it."""
-ENV_BRIDGE_TOOL: Final = "MCPTASKS_BRIDGE_TOOL"
+ENV_BRIDGE_SERVER: Final = contract.ENV_BRIDGE_SERVER
+"""The bridge's view of its server, as JSON (`bridge_target`): how to start and reach it."""
+ENV_BRIDGE_TOOL: Final = contract.ENV_BRIDGE_TOOL
 """The server's own name of the tool the bridge calls (without `toolNamePrefix`)."""
+ENV_BRIDGE_IDEMPOTENT: Final = contract.ENV_BRIDGE_IDEMPOTENT
+"""`true` when the tool is idempotent: the bridge re-sends a call the server lost to a fresh server."""
 BRIDGE_MODULE: Final = "mcp_tasks.bridge"
 """`python -m mcp_tasks.bridge` runs one call (or, warm, serves calls) against the server."""
 
@@ -310,6 +313,10 @@ def tool_specs(
                 {"name": ENV_BRIDGE_SERVER, "value": target},
                 {"name": ENV_BRIDGE_TOOL, "value": server_name},
             ]
+            execution = _execution(spec, server_name, listed)
+            container["env"].append(
+                {"name": ENV_BRIDGE_IDEMPOTENT, "value": "true" if execution.get("idempotent") else "false"}
+            )
             container.pop("workingDir", None)
             description = listed.get("description")
             title = listed.get("title")
@@ -324,7 +331,7 @@ def tool_specs(
                     "inputSchema": input_schema,
                     "outputSchema": output_schema,
                     "annotations": listed.get("annotations") if isinstance(listed.get("annotations"), dict) else None,
-                    "execution": _execution(spec, server_name, listed),
+                    "execution": execution,
                     "requiredClientCapabilities": capabilities,
                     "requiredScopes": scopes,
                     "container": container,
@@ -332,7 +339,9 @@ def tool_specs(
                 },
             }
             plain = parse_manifest(document, source=server.source, base_dir=server.base_dir)
-            wire = Tool.model_validate({**listed, "name": name})
+            # `execution.taskSupport` is the server's own task support, which the bridge drives; ours is the
+            # tool's `taskPolicy`, so the server's is not shown to our clients.
+            wire = Tool.model_validate({**{k: v for k, v in listed.items() if k != "execution"}, "name": name})
         except (ValueError, InvalidToolManifest) as exc:
             refusals.append(f"{server.source}: tool {server_name!r} is left out: {exc}")
             continue

@@ -1,0 +1,47 @@
+"""`python -m mcp_tasks.bridge [discover]`: the process an executor runs for an McpServer's tool.
+
+Without an argument: one call (`oneshot`), or, with `MCPTASKS_SERVE_PORT` set (the tool is warm), the
+warm worker loop over one server connection (`warm`), through `mcp_tasks.runtime.run`. With `discover`:
+print the server's discovery JSON on stdout (`discovery`). Exit code 2: the environment names no usable
+server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import anyio
+
+from mcp_tasks import runtime
+from mcp_tasks.bridge.discovery import discover
+from mcp_tasks.bridge.oneshot import run_once
+from mcp_tasks.bridge.target import BridgeConfigError, Target
+from mcp_tasks.bridge.warm import WarmBridge
+from mcp_tasks.runtime import contract
+
+
+def main(argv: list[str]) -> None:
+    """Run the bridge (see the module docstring)."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="mcp-tasks bridge: %(message)s")
+    try:
+        target = Target.from_environment(os.environ)
+    except BridgeConfigError as exc:
+        sys.stderr.write(f"mcp-tasks bridge: {exc}\n")
+        sys.exit(2)
+    if argv == ["discover"]:
+        sys.stdout.write(json.dumps(anyio.run(discover, target), separators=(",", ":")) + "\n")
+        return
+    tool = os.environ.get(contract.ENV_BRIDGE_TOOL) or ""
+    if not tool:
+        sys.stderr.write(f"mcp-tasks bridge: {contract.ENV_BRIDGE_TOOL} is not set\n")
+        sys.exit(2)
+    idempotent = os.environ.get(contract.ENV_BRIDGE_IDEMPOTENT) == "true"
+    if os.environ.get(contract.ENV_SERVE_PORT):
+        runtime.run(WarmBridge(target, tool, idempotent).main)
+    runtime.run(lambda ctx: run_once(ctx, target, tool, idempotent))
+
+
+main(sys.argv[1:])

@@ -1,0 +1,101 @@
+"""A one-shot bridge: one call of one tool, on a server started for it (the executor's process per task).
+
+The executor runs `python -m mcp_tasks.bridge` as the tool's process, so it is leased, adopted after a
+crash of `mcptasks serve`, stopped at its deadline and settled by the outcome rule exactly like any tool
+process. SIGTERM (a cancel, a deadline, a stop) abandons the call, which sends the server
+`notifications/cancelled`, then stops the server and exits without a result; the executor settles the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import anyio
+from mcp.shared.exceptions import MCPError
+
+from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, outcome_unknown, unavailable
+from mcp_tasks.bridge.mapping import Progress, ServerMessages, ServerRequests
+from mcp_tasks.bridge.target import Handlers, Target, connect
+from mcp_tasks.runtime import ProtocolFailure, ToolContext
+
+logger = logging.getLogger("mcp_tasks.bridge")
+
+STOPPED_EXIT_CODE = 143
+"""The bridge's exit code after SIGTERM (128 + 15, as a process killed by it)."""
+
+
+def run_once(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json:
+    """Call `tool` on a fresh `target` server with `ctx.arguments`; return its `CallToolResult`.
+
+    Raises:
+        ProtocolFailure: the server answered with a JSON-RPC error, or never got the call.
+        SystemExit: stopped by SIGTERM or SIGINT (code 143); no result is posted.
+    """
+    outcome: Json | None = anyio.run(_until_stopped, ctx, target, tool, idempotent)
+    if outcome is None:
+        raise SystemExit(STOPPED_EXIT_CODE)
+    return outcome
+
+
+async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json | None:
+    """`_send`, abandoned at the first SIGTERM/SIGINT (then `None`)."""
+    outcome: Json | None = None
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    logger.warning("stopped by signal %s: cancelling the call on the server", signum)
+                    group.cancel_scope.cancel()
+                    return
+
+            group.start_soon(stop_on_signal)
+            outcome = await _send(ctx, target, tool, idempotent)
+            group.cancel_scope.cancel()
+    return outcome
+
+
+async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json:
+    """Send the call, again to a fresh server when an idempotent tool's server was lost (`MAX_SENDS` in all).
+
+    Raises:
+        ProtocolFailure: as `run_once`.
+    """
+    requests = ServerRequests(lambda: ctx)
+    messages = ServerMessages(target.server)
+    handlers = Handlers(
+        requests.sampling, requests.elicitation, requests.list_roots, messages.logging, messages.message
+    )
+    why = ""
+    for send in range(1, MAX_SENDS + 1):
+        sent = False
+        try:
+            async with connect(target, handlers) as client:
+                progress = Progress(ctx)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(progress.run)
+                    sent = True
+                    try:
+                        return await call_tool(client, tool, ctx.arguments, progress)
+                    finally:
+                        group.cancel_scope.cancel()
+        except ProtocolFailure:
+            raise
+        except ServerLost as exc:
+            why = str(exc)
+        except (OSError, MCPError, ConnectionError, RuntimeError) as exc:
+            if not sent:
+                raise unavailable(target.server, exc) from exc
+            why = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a server that breaks the SDK's transport mid-call: lost, not our crash
+            if not sent:
+                raise unavailable(target.server, exc) from exc
+            logger.exception("the connection to the MCP server failed mid-call")
+            why = type(exc).__name__
+        if not idempotent:
+            return outcome_unknown(target.server, tool, why)
+        if send < MAX_SENDS:
+            message = f"The MCP server was lost ({why}); calling {tool!r} again on a fresh server (idempotent)"
+            await anyio.to_thread.run_sync(ctx.report, message, abandon_on_cancel=True)
+    return outcome_unknown(target.server, tool, f"lost {MAX_SENDS} times; last: {why}")
