@@ -43,6 +43,7 @@ from mcp_tasks.operator import refusals
 from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
 from mcp_tasks.operator.jobs import build_job, object_name
+from mcp_tasks.operator.server_jobs import build_server_job
 from mcp_tasks.operator.labels import TASK_ID_LABEL, TOOL_RUN_SELECTOR
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
@@ -53,6 +54,7 @@ from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
+from mcp_tasks.tasks.servers import ServerToolSpec
 from mcp_tasks.tasks.tools import ToolSpec
 
 logger = logging.getLogger("mcp_tasks.operator")
@@ -263,7 +265,15 @@ class Reconciler:
         if task is None:
             return None
         with tracing.span("mcp.task.job", record.traceparent, {"mcp.tool": tool.name}) as traceparent:
-            job = build_job(task, tool, self.settings, traceparent)
+            try:
+                job = (
+                    build_server_job(task, tool, self.settings, traceparent)
+                    if isinstance(tool, ServerToolSpec)
+                    else build_job(task, tool, self.settings, traceparent)
+                )
+            except ValueError as exc:  # an McpServer tool without the operator's bridge image
+                await self._change(record, transitions.failing(str(exc), "InvalidTool"), "its Job cannot be built")
+                return None
             try:
                 created = await client.call_json(
                     self.batch.create_namespaced_job, self.namespace, cast(Any, job), timeout_s=REQUEST_TIMEOUT_S

@@ -55,6 +55,9 @@ class OperatorSettings:
             (default 2; less than the renew deadline).
         instance: value of the `app.kubernetes.io/instance` label on tool Jobs and Pods (the Helm release
             name, so the release's NetworkPolicy admits them to the worker API); `None`: no such label.
+        bridge_image: the image of the bridge container beside each McpServer's server in its per-call pods
+            (the project's own image, `python -m mcp_tasks.bridge`; the chart sets it to its `image`). `None`:
+            McpServer tools cannot run on Kubernetes (their tasks fail at once, naming this setting).
         tool_defaults: the release's defaults of every tool's pod shape, as JSON (the chart's `toolDefaults`):
             `resources`, `nodeSelector`, `tolerations`, `imagePullSecrets`, `affinity`, `runtimeClassName`,
             `priorityClassName`, merged under each McpTool's own `spec.container` values (the tool's value
@@ -82,6 +85,7 @@ class OperatorSettings:
     leader_renew_deadline_s: float = 10.0
     leader_retry_period_s: float = 2.0
     instance: str | None = None
+    bridge_image: str | None = None
     tool_defaults: ToolDefaults | None = None
 
     @property

@@ -14,8 +14,10 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
+from mcp_tasks.operator.server_jobs import build_server_job
+from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
-from mcp_tasks.tasks.servers import ServerToolSpec
+from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
 from tests.controlplane.cluster import ControlPlane
 from tests.kube.conftest import until
 
@@ -168,3 +170,32 @@ async def test_the_catalog_serves_discovered_tools_from_status_and_refuses_a_cla
         await until(lambda: catalog.get_tool("get_current_time") is None)
     finally:
         await catalog.aclose()
+
+
+def test_the_api_server_accepts_the_per_call_job_with_its_native_sidecar(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The Job of `operator/server_jobs.py`, validated by the real API server (server-side dry run): the native
+    sidecar (`restartPolicy: Always` on an init container), the FIFO volume, the probes and the shapes."""
+    task = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpTask",
+        "metadata": {"name": "c" * 32, "namespace": namespace, "uid": "u-3", "labels": {}},
+    }
+    settings = OperatorSettings(worker_url="http://op:8081/", bridge_image="registry.example/mcp-tasks:1")
+    for transport, extra in (("stdio", {}), ("streamable-http", {"http": {"port": 3001, "path": "/mcp"}})):
+        document = json.loads(json.dumps(EVERYTHING))
+        document["spec"] = {**document["spec"], "transport": transport, **extra}
+        server = parse_server_manifest(document, "mcpserver/everything")
+        listed = {"name": "echo", "inputSchema": {"type": "object"}}
+        discovery = Discovery(protocol_version="2025-11-25", server_info={"name": "e"}, tools=(listed,))
+        (tool,), _ = tool_specs(server, discovery, ("python", "-m", "mcp_tasks.bridge"))
+        job = build_server_job(task, tool, settings)
+        created = json.loads(
+            control_plane.kubectl(
+                "create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-", input_text=json.dumps(job)
+            )
+        )
+        pod = created["spec"]["template"]["spec"]
+        assert pod["initContainers"][-1]["restartPolicy"] == "Always", transport
+        assert [c["name"] for c in pod["containers"]] == ["tool"]

@@ -1,0 +1,121 @@
+"""The per-call Job of an McpServer tool (`operator/server_jobs.py`): the unmodified server image as a native
+sidecar, the bridge as the Job's container, the worker token in the bridge alone (docs/mcp-servers.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_tasks.operator.server_jobs import BRIDGE_RELAY, SERVER_REDIRECT, build_server_job
+from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
+
+TASK: dict[str, Any] = {
+    "apiVersion": "mcptasks.io/v1alpha1",
+    "kind": "McpTask",
+    "metadata": {"name": "b" * 32, "namespace": "ns", "uid": "u-2", "labels": {"mcptasks.io/tool": "echo"}},
+}
+SETTINGS = OperatorSettings(worker_url="http://op:8081/", bridge_image="registry.example/mcp-tasks:1")
+SECRET_ENV = {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "server-keys", "key": "api"}}}
+
+
+def server_tool(transport: str = "stdio", **spec: Any) -> ServerToolSpec:
+    document = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "everything"},
+        "spec": {
+            "transport": transport,
+            "container": {
+                "image": "registry.example/node/server-everything:2026.8.31",
+                "command": ["mcp-server-everything", "stdio" if transport == "stdio" else "streamableHttp"],
+                "env": [{"name": "LOG_LEVEL", "value": "debug"}, SECRET_ENV],
+                "resources": {"limits": {"memory": "512Mi"}},
+            },
+            **spec,
+        },
+    }
+    server = parse_server_manifest(document, "mcpserver/everything")
+    listed = {"name": "echo", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    discovery = Discovery(protocol_version="2025-11-25", server_info={"name": "everything"}, tools=(listed,))
+    (spec_,), refusals = tool_specs(server, discovery, ("python", "-m", "mcp_tasks.bridge"))
+    assert not refusals
+    return spec_
+
+
+def pod_of(job: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
+def test_a_stdio_call_runs_the_server_image_unmodified_beside_the_bridge_through_fifos() -> None:
+    job = build_server_job(TASK, server_tool(), SETTINGS)
+    assert job["metadata"]["name"] == "mcptask-" + "b" * 32 and job["spec"]["backoffLimit"] > 0  # readOnlyHint
+    pod = pod_of(job)
+    fifos, server = pod["initContainers"]
+    (bridge,) = pod["containers"]
+    assert server["restartPolicy"] == "Always"  # a native sidecar: the Job completes when the bridge exits
+    assert server["image"] == "registry.example/node/server-everything:2026.8.31"  # nothing installed in it
+    assert server["command"] == ["sh", "-c", SERVER_REDIRECT, "mcp-server-everything", "mcp-server-everything", "stdio"]
+    assert fifos["image"] == bridge["image"] == "registry.example/mcp-tasks:1"
+    assert bridge["command"] == ["python", "-m", "mcp_tasks.bridge"]
+    target = json.loads(next(v["value"] for v in bridge["env"] if v["name"] == "MCPTASKS_BRIDGE_SERVER"))
+    assert target["command"] == ["sh", "-c", BRIDGE_RELAY] and target["env"] == {}
+    bridge_env = {v["name"]: v for v in bridge["env"]}
+    assert bridge_env["MCPTASKS_BRIDGE_TOOL"]["value"] == "echo"
+    assert bridge_env["MCPTASKS_BRIDGE_IDEMPOTENT"]["value"] == "true"
+    assert "API_KEY" not in bridge_env and "LOG_LEVEL" not in bridge_env  # the server's Secrets stay its own
+    assert SECRET_ENV in server["env"] and {"name": "LOG_LEVEL", "value": "debug"} in server["env"]
+    server_env = {v["name"] for v in server["env"]}
+    assert not any(name.startswith("MCPTASKS_") for name in server_env)  # no worker URL, no token file
+    assert {m["name"] for m in server["volumeMounts"]} == {"mcptasks-server-tmp", "mcptasks-stdio"}
+    assert "worker-token" in {m["name"] for m in bridge["volumeMounts"]}  # the token: the bridge's alone
+    assert server["resources"] == {"limits": {"memory": "512Mi"}}
+    for container in (fifos, server, bridge):
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
+        assert context["capabilities"] == {"drop": ["ALL"]} and context["runAsNonRoot"]
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+
+
+def test_a_streamable_http_call_reaches_the_server_on_the_pods_loopback_once_it_listens() -> None:
+    job = build_server_job(TASK, server_tool("streamable-http", http={"port": 3001, "path": "/mcp"}), SETTINGS)
+    pod = pod_of(job)
+    (server,) = pod["initContainers"]  # no FIFOs
+    assert server["command"] == ["mcp-server-everything", "streamableHttp"]
+    assert server["startupProbe"]["tcpSocket"] == {"port": 3001}  # the bridge starts once it listens
+    bridge_env = {v["name"]: v.get("value") for v in pod["containers"][0]["env"]}
+    target = json.loads(bridge_env["MCPTASKS_BRIDGE_SERVER"] or "")
+    assert target["http"]["url"] == "http://127.0.0.1:3001/mcp" and target["command"] is None
+
+
+def test_without_the_bridge_image_the_job_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ValueError, match="MCPTASKS_BRIDGE_IMAGE"):
+        build_server_job(TASK, server_tool(), OperatorSettings())
+
+
+def test_the_two_scripts_join_a_stdio_server_to_its_bridge_through_fifos(tmp_path: Path) -> None:
+    """The sidecar's and the bridge's `sh -c` scripts, run here with FIFOs as the pod has them: a line the
+    bridge side writes reaches the server's stdin, the server's answer comes back, and the server exits
+    when the bridge closes its side (the end of a call)."""
+    fifo_dir = tmp_path / "run"
+    fifo_dir.mkdir()
+    for name in ("in", "out"):
+        subprocess.run(["mkfifo", "-m", "0600", str(fifo_dir / name)], check=True)
+    server_script = SERVER_REDIRECT.replace("/run/mcp-server", str(fifo_dir))
+    relay_script = BRIDGE_RELAY.replace("/run/mcp-server", str(fifo_dir))
+    # an "unmodified server": answers each line with a line, exits at end of input
+    server = subprocess.Popen(["sh", "-c", server_script, "sed", "sed", "-u", "s/ping/pong/"])
+    relay = subprocess.Popen(["sh", "-c", relay_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert relay.stdin is not None and relay.stdout is not None
+    relay.stdin.write(b'{"jsonrpc":"2.0","method":"ping"}\n')
+    relay.stdin.flush()
+    assert relay.stdout.readline() == b'{"jsonrpc":"2.0","method":"pong"}\n'
+    relay.stdin.close()
+    assert server.wait(timeout=10) == 0  # stdin's end reached the server
+    assert relay.stdout.read() == b"" and relay.wait(timeout=10) == 0
+    relay.stdout.close()
