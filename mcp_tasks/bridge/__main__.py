@@ -2,8 +2,9 @@
 
 Without an argument: one call (`oneshot`), or, with `MCPTASKS_SERVE_PORT` set (the tool is warm), the
 warm worker loop over one server connection (`warm`), through `mcp_tasks.runtime.run`. With `discover`:
-print the server's discovery JSON on stdout (`discovery`). Exit code 2: the environment names no usable
-server.
+print the server's discovery JSON on stdout (`discovery`), or, with `MCPTASKS_WORKER_URL` set (a
+Kubernetes discovery pod), post it as the structuredContent of a result to that worker API URL. Exit code 2:
+the environment names no usable server.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def main(argv: list[str]) -> None:
     except BridgeConfigError as exc:
         sys.stderr.write(f"mcp-tasks bridge: {exc}\n")
         sys.exit(2)
+    if argv == ["discover"] and os.environ.get(contract.ENV_WORKER_URL):
+        # Kubernetes: the discovery pod reports to the operator's worker API as a run reports its result
+        # (`operator/server_discovery.py`), the discovery JSON as the result's structuredContent.
+        runtime.run(lambda _ctx: {"content": [], "structuredContent": anyio.run(discover, target)})
     if argv == ["discover"]:
         sys.stdout.write(json.dumps(anyio.run(discover, target), separators=(",", ":")) + "\n")
         return
