@@ -45,6 +45,7 @@ async def operator(settings: Settings) -> None:
         artifacts=artifacts,
         warm_call_signer=load_warm_call_signer(settings),
         warm_tls=warm_peer_tls(settings),
+        limits=settings.limits,
         # client-go's shape: the pod's name, and a suffix so that a restarted process is a new holder
         identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
     )

@@ -21,6 +21,7 @@ from mcp_tasks.gateway.identity.oidc import check_issuer_url
 from mcp_tasks.gateway.identity.settings import AuthSettings
 from mcp_tasks.gateway.identity.tenants import TenantPolicy
 from mcp_tasks.gateway.settings import GatewaySettings
+from mcp_tasks.operator import kueue
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.runner.runner import RunnerSettings
 from mcp_tasks.store.settings import ArtifactSettings
@@ -231,6 +232,11 @@ def _parse(field_: SettingField, text: str) -> object:
             return pod_shape.parse_defaults(text) if text.strip() else None
         except ValueError as exc:
             raise SettingsError(f"{field_.variable}: {exc}") from exc
+    if kind == "QueueNames":
+        try:
+            return kueue.parse_queue_names(text)
+        except ValueError as exc:
+            raise SettingsError(f"{field_.variable}: {exc}") from exc
     if kind == "TenantOverrides":
         try:
             return limits.parse_overrides(text)
@@ -352,6 +358,23 @@ def _validate_auth(settings: Settings, command: str) -> None:
         )
 
 
+def _validate_admission(operator: OperatorSettings) -> None:
+    """The operator's cap and its Kueue option (`operator.admission`, `operator.kueue`)."""
+    if operator.max_running_tasks < 0:
+        raise SettingsError(f"MCPTASKS_MAX_RUNNING_TASKS must be >= 0 (0: no cap), got {operator.max_running_tasks}")
+    if operator.kueue_queue_name:
+        try:
+            kueue.check_queue_name(operator.kueue_queue_name)
+        except ValueError as exc:
+            raise SettingsError(f"MCPTASKS_KUEUE_QUEUE_NAME: {exc}") from exc
+    mapped = operator.kueue_queue_name or operator.kueue_tenant_queues or operator.kueue_tool_queues
+    if operator.kueue_enabled and not mapped:
+        raise SettingsError(
+            "MCPTASKS_KUEUE_ENABLED needs a LocalQueue: set MCPTASKS_KUEUE_QUEUE_NAME, MCPTASKS_KUEUE_TENANT_QUEUES "
+            "or MCPTASKS_KUEUE_TOOL_QUEUES"
+        )
+
+
 def validate(settings: Settings, command: str = "serve") -> Settings:
     """Check cross-field rules for `command` (`serve` or `gateway`) and finish derived values.
 
@@ -396,6 +419,7 @@ def validate(settings: Settings, command: str = "serve") -> Settings:
             f"MCPTASKS_LEADER_LEASE_DURATION_S, got {operator.leader_retry_period_s}, "
             f"{operator.leader_renew_deadline_s}, {operator.leader_lease_duration_s}"
         )
+    _validate_admission(operator)
     if settings.kubernetes.kubeconfig is not None and not settings.kubernetes.kubeconfig.is_file():
         raise SettingsError(f"--kubeconfig / MCPTASKS_KUBECONFIG: {settings.kubernetes.kubeconfig} is not a file")
     gateway = settings.gateway

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import kopf
 from aiohttp import web
@@ -39,6 +39,7 @@ from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalog, client
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.interfaces import ArtifactStore, utc_now
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.worker import tls
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
@@ -70,6 +71,7 @@ class OperatorWiring:
             the warm Deployments' pods, and the worker tokens of warm calls are derived from it.
         identity: this replica's holder identity in the leader Lease (unique per process).
         warm_tls: how warm pods' HTTPS is verified (`MCPTASKS_WARM_TLS_CA_FILE`); `None`: plain HTTP.
+        limits: the running budgets per tenant and principal the admission holds tasks to (`admission`).
     """
 
     api_client: ApiClient
@@ -82,6 +84,7 @@ class OperatorWiring:
     warm_call_signer: WarmCallSigner
     identity: str
     warm_tls: tls.PeerTls | None = None
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
@@ -130,8 +133,9 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         recorder.start()
         stack.push_async_callback(recorder.aclose)
         stack.callback(store.observe(recorder.observe))
-        reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit)
+        reconciler = Reconciler(api, store, catalog, artifacts, config, utc_now, recorder.emit, wiring.limits)
         store.add_change_listener(reconciler.queue.add)
+        store.add_change_listener(lambda _: reconciler.admission.wake())
         channel = WorkerChannel(store, artifacts, utc_now, config.inline_result_max_bytes)
         warm_tools = WarmTools(
             api,
@@ -154,7 +158,9 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             reconciler.job_exists,
             warm_tools.kill_pod,
             wiring.warm_tls,
+            reconciler.admission,
         )
+        reconciler.admission.wake_warm = warm_tasks.wake
         executions = ChainedLookup(warm_tasks, job_executions)
 
         def tool_running(execution: Execution) -> None:
@@ -213,6 +219,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             asyncio.create_task(warm_tools.run(election.leading), name="warm-tools"),
             asyncio.create_task(election.run(), name="leader-election"),
             asyncio.create_task(reconciler.run_workers(election.leading), name="reconcile"),
+            asyncio.create_task(reconciler.admission.run(election.leading), name="admission"),
             asyncio.create_task(
                 aio.every(config.resync_interval_s, resync, "operator resync", log=logger), name="resync"
             ),

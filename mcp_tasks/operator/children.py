@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from mcp_tasks.operator.kueue import QUEUE_NAME_LABEL
 from mcp_tasks.operator.labels import TASK_ID_LABEL
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes.watch import newer_version
 
 _METADATA = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
-_JOB_STATUS = ("conditions", "active", "failed", "succeeded")
+_JOB_STATUS = ("conditions", "active", "failed", "succeeded", "startTime")
 _POD_STATUS = ("phase", "conditions", "containerStatuses")
 
 
@@ -28,12 +29,20 @@ def task_of(obj: JsonObject) -> str | None:
 
 
 def trim(obj: JsonObject, status_fields: tuple[str, ...]) -> JsonObject:
-    """The parts of a Job or pod the operator's decisions read (metadata names and times, `status`)."""
+    """The parts of a Job or pod the operator's decisions read (metadata names and times, `status`; a Kueue
+    Job's LocalQueue label and `spec.suspend`).
+    """
     metadata = obj.get("metadata") or {}
     kept: dict[str, Any] = {key: metadata[key] for key in _METADATA if metadata.get(key) is not None}
+    labels = metadata.get("labels") or {}
     kept["labels"] = {TASK_ID_LABEL: task_of(obj)}
+    if QUEUE_NAME_LABEL in labels:
+        kept["labels"][QUEUE_NAME_LABEL] = labels[QUEUE_NAME_LABEL]
     status = obj.get("status") or {}
-    return {"metadata": kept, "status": {key: status[key] for key in status_fields if key in status}}
+    trimmed: dict[str, Any] = {"metadata": kept, "status": {key: status[key] for key in status_fields if key in status}}
+    if (obj.get("spec") or {}).get("suspend"):
+        trimmed["spec"] = {"suspend": True}
+    return trimmed
 
 
 def trim_child(obj: JsonObject) -> JsonObject:

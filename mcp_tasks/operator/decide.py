@@ -19,7 +19,11 @@ What the plan holds, by the state of the task:
 - `spec.cancelRequested`, or abandoned (a hidden task nobody watches): `DeleteJob`, then `Cancel` once
   no pod runs (confirmed). This and the limits below are `tasks.deadlines.next_stop`, the stop rule every
   executor shares.
-- no Job and never run: `CreateJob`, or `Fail` `ToolRemoved` / `InvalidTool` when it cannot run.
+- no Job and never run: `CreateJob` once the operator's admission lets it start (`waiting` is `None`;
+  `operator.admission`), else `StatusMessage` saying why it waits, when it does not say so already; or
+  `Fail` `ToolRemoved` / `InvalidTool` when it cannot run. A warm tool's task waits the same way.
+- a Kueue Job (`operator.kueue`) still suspended: `StatusMessage` that it waits for Kueue, no start
+  deadline; once it runs (or our own admission let its Job be created), a `queued: ...` message is cleared.
 - no Job but it ran (`attempt ≥ 1`): an idempotent tool gets `Rerun` + `CreateJob` (`Fail` `WorkerLost`
   once it started `transitions.MAX_RUNS` runs), any other `Fail` `OutcomeUnknown` (confirmed).
 - waiting for input past `maxInputWaitSeconds`: `Fail` `InputTimeout` + `DeleteJob`.
@@ -43,11 +47,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from mcp_tasks.operator import observe
+from mcp_tasks.operator import kueue, observe
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks import deadlines, results, transitions
+from mcp_tasks.tasks.fair_share import QUEUED_PREFIX
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 
@@ -69,6 +74,9 @@ OOM_KILLED: Final = "OOMKilled: the container went past its memory limit (contai
 """First line of the output a tool killed at its memory limit shows (docs/tool-runtime.md §6)."""
 CLIENT_CANCEL: Final = deadlines.CLIENT_CANCEL
 ADMIN_CANCEL: Final = deadlines.ADMIN_CANCEL
+HELD: Final = ""
+"""`waiting` of a task the admission has not placed in its queue yet: no Job, and nothing written (the
+admission's next pass wakes the task with its verdict)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +124,20 @@ class RenewTtl:
 
 
 @dataclass(frozen=True, slots=True)
+class StatusMessage:
+    """Set the task's `statusMessage`: why it waits for a slot (`queued: ...`), or `None` once it no longer does."""
+
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CountAttempt:
     """Count the run of a Job that exists while the task says it never ran (an operator died between
     creating the Job and counting it), so a later loss of that Job is known to have lost a run.
     """
 
 
-Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl | CountAttempt
+Action = CreateJob | DeleteJob | Fail | Complete | Cancel | Rerun | RenewTtl | CountAttempt | StatusMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +163,7 @@ def decide(
     tool: ToolSpec | None,
     now: datetime,
     settings: OperatorSettings,
+    waiting: str | None = None,
 ) -> Plan:
     """The plan for one McpTask (see the module table).
 
@@ -158,12 +174,15 @@ def decide(
         tool: the task's tool as declared now, or `None` when its McpTool is gone.
         now: the current UTC time.
         settings: the operator's settings (`start_deadline_s`).
+        waiting: for a task that has not run: `None` when it may start now, else the `statusMessage` it
+            waits for a slot with (`admission.Admission.verdict`; `HELD`: not placed yet, write nothing).
     """
     if record.status.is_terminal:
         return _finished(record, job, now)
     if job is None and _warm_held(record, tool, now):
         live = record.lease is not None and record.lease.expires_at > now
-        return Plan((), _after([record.lease.expires_at] if live and record.lease else [], now))
+        queued = () if live or record.attempt else _queued(record, waiting)
+        return Plan(queued, _after([record.lease.expires_at] if live and record.lease else [], now))
     due: list[datetime] = []
     first: tuple[Action, ...] = ()
     retention_ms = tool.execution.ttl_ms if tool is not None else record.ttl_ms
@@ -185,11 +204,16 @@ def decide(
     if stop is deadlines.Stop.CANCEL or stop is deadlines.Stop.ABANDONED:
         return _cancelling(job, pods, deadlines.verdict(stop, record, limits), first)
     if job is None:
-        return _without_job(record, tool, first)
+        return _without_job(record, tool, first, waiting)
     if _deleting(job):
         return Plan(first, _after(due, now))  # deleted by someone else: its DELETED event wakes us
     if record.attempt == 0:
         first = (*first, CountAttempt())
+    queue = kueue.queue_of(job)
+    if queue is not None and kueue.suspended(job):  # Kueue has not admitted it (or evicted it): no deadline
+        return Plan((*first, *_queued(record, kueue.waiting_message(queue))), _after(due, now))
+    if record.status_message is not None and record.status_message.startswith(QUEUED_PREFIX):
+        first = (*first, StatusMessage(None))  # admitted: it no longer waits
     if stop is deadlines.Stop.INPUT_TIMEOUT:
         ending = deadlines.verdict(stop, record, limits)
         return Plan((*first, Fail(ending.message, ending.reason), DeleteJob()))
@@ -223,9 +247,14 @@ def _run_start(
     started = [moment for moment in (observe.started_at(pod) for pod in pods) if moment is not None]
     if started:
         return min(started), *_start_deadline(pods, settings)
+    if kueue.queue_of(job) is not None and kueue.suspended(job):
+        return None, None, ""  # waiting in Kueue's queue is not starting: no deadline while it lasts
     gives_up_at, message = _start_deadline(pods, settings)
     if gives_up_at is None:
-        gives_up_at = observe.created_at(job) + timedelta(seconds=settings.start_deadline_s)
+        since = observe.created_at(job)
+        if kueue.queue_of(job) is not None:  # admitted by Kueue: from when it let the Job start
+            since = observe.job_started_at(job) or since
+        gives_up_at = since + timedelta(seconds=settings.start_deadline_s)
         message = f"The tool's pod did not start within {settings.start_deadline_s:g}s of its Job's creation"
     return None, gives_up_at, message
 
@@ -268,7 +297,16 @@ def _cancelling(
     return Plan((*steps, Cancel(ending.message)), confirm=True)
 
 
-def _without_job(record: TaskRecord, tool: ToolSpec | None, first: tuple[Action, ...]) -> Plan:
+def _queued(record: TaskRecord, waiting: str | None) -> tuple[Action, ...]:
+    """The write that makes a waiting task say why it waits, unless it says so already (or nothing to say)."""
+    if not waiting or record.status_message == waiting:
+        return ()
+    return (StatusMessage(waiting),)
+
+
+def _without_job(
+    record: TaskRecord, tool: ToolSpec | None, first: tuple[Action, ...], waiting: str | None = None
+) -> Plan:
     if record.attempt == 0:
         if tool is None:
             message = f"Tool {record.tool!r} is no longer declared (its McpTool was deleted); the task cannot run"
@@ -276,6 +314,8 @@ def _without_job(record: TaskRecord, tool: ToolSpec | None, first: tuple[Action,
         if not tool.manifest.container.image:
             message = f"tool {tool.name!r} declares no container.image; it cannot run on Kubernetes"
             return Plan((*first, Fail(message, "InvalidTool")))
+        if waiting is not None:  # the admission holds it: the pass that admits it wakes it
+            return Plan((*first, *_queued(record, waiting)))
         return Plan((*first, CreateJob()))
     # It had a Job, which is gone before the task finished (deleted by hand, or garbage-collected).
     if tool is not None and tool.execution.idempotent:

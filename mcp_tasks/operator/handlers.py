@@ -63,12 +63,14 @@ def build_registry(
         task_id = reconciler.children.job_event(type or "ADDED", dict(body))
         if task_id is not None:
             reconciler.queue.add(task_id)
+            reconciler.admission.wake()  # a Job that ends frees a slot
 
     @kopf.on.event("", "v1", "pods", labels=TOOL_RUN_LABELS, registry=registry)
     async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         task_id = reconciler.children.pod_event(type or "ADDED", dict(body))
         if task_id is not None:
             reconciler.queue.add(task_id)
+            reconciler.admission.wake()
 
     @kopf.on.event("", "v1", "pods", labels=WARM_LABELS, registry=registry)
     async def warm_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:

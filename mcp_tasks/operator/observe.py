@@ -110,6 +110,14 @@ def started_at(pod: JsonObject) -> datetime | None:
     return None
 
 
+def job_started_at(job: JsonObject) -> datetime | None:
+    """When the Job controller last started the Job (`status.startTime`, reset when a suspended Job resumes),
+    or `None` before it has.
+    """
+    started = (job.get("status") or {}).get("startTime")
+    return datetime.fromisoformat(str(started).replace("Z", "+00:00")) if started else None
+
+
 def created_at(obj: JsonObject) -> datetime:
     """`metadata.creationTimestamp` as an aware datetime."""
     return datetime.fromisoformat(str(obj["metadata"]["creationTimestamp"]).replace("Z", "+00:00"))

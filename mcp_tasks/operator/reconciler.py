@@ -5,14 +5,17 @@ resync only *names* a task (`WorkQueue.add`); a bounded pool of workers (`run_wo
 `reconcile(task_id)`, which reads the task, its Job and its pods as they are now, asks the pure
 `decide.decide` what to do, and applies the plan:
 
-- `CreateJob`: create the Job (409 is success: adopted, never duplicated), then count the attempt. A
+- admission first: a task that never ran gets its Job only once `admission.Admission` admits it (a cap of
+  running tasks, per-tenant budgets, fair share); until then `StatusMessage` says why it waits.
+- `CreateJob`: create the Job (409 is success: adopted, never duplicated), then count the attempt; a task
+  Kueue admits (`operator.kueue`) gets it suspended, labelled with its LocalQueue. A
   create the API server refuses is judged by `refusals.judge`: an admission or validation refusal fails
   the task (`JobRefused`, quoting the API server); a ResourceQuota refusal keeps the task waiting, its
   `statusMessage` and a Warning Event (`QuotaExceeded`) saying why, retried every `QUOTA_RETRY_S` until
   `start_deadline_s` after the task's creation (a re-run: after the first refusal this replica saw), then
   fails it `StartTimeout`.
 - `DeleteJob`: delete it with background propagation (pods get SIGTERM and their grace period).
-- `Fail`, `Complete`, `Cancel`, `Rerun`, `RenewTtl`: a compare-and-swap write of the task through the
+- `Fail`, `Complete`, `Cancel`, `Rerun`, `RenewTtl`, `StatusMessage`: a compare-and-swap write of the task through the
   McpTask store (`tasks.interfaces.transact`) with the domain's transition rules; a task that already
   reached a terminal state is never changed again, and the rest of the plan is dropped.
 
@@ -39,12 +42,13 @@ from kubernetes_asyncio.client import ApiClient, V1DeleteOptions
 from mcp_tasks.observability import metrics, tracing
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.operator import decide as decisions
-from mcp_tasks.operator import refusals
+from mcp_tasks.operator import kueue, refusals
+from mcp_tasks.operator.admission import Admission
 from mcp_tasks.operator.children import Children, trim_child
 from mcp_tasks.operator.events import TaskEvent
 from mcp_tasks.operator.jobs import build_job, object_name
-from mcp_tasks.operator.server_jobs import build_server_job
 from mcp_tasks.operator.labels import TASK_ID_LABEL, TOOL_RUN_SELECTOR
+from mcp_tasks.operator.server_jobs import build_server_job
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.workqueue import ShutDown, WorkQueue
 from mcp_tasks.protocol.errors import JsonObject
@@ -52,7 +56,9 @@ from mcp_tasks.store.kubernetes import KubernetesTaskStore, client
 from mcp_tasks.store.kubernetes.watch import list_pages
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.errors import IllegalTransition, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.fair_share import QUEUED_PREFIX
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ToolCatalog, Writer, transact
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.servers import ServerToolSpec
 from mcp_tasks.tasks.tools import ToolSpec
@@ -81,6 +87,7 @@ class Reconciler:
         settings: operator settings.
         clock: UTC clock.
         emit: where Kubernetes Events go (`EventRecorder.emit`; it never blocks). Default: nowhere.
+        limits: the running budgets per tenant and principal (`admission`). Default: none.
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class Reconciler:
         settings: OperatorSettings,
         clock: Clock,
         emit: Callable[[TaskEvent], None] | None = None,
+        limits: LimitSettings | None = None,
     ) -> None:
         self.emit = emit or (lambda event: None)
         apis = client.Apis(api)
@@ -104,6 +112,9 @@ class Reconciler:
         self.clock = clock
         self.queue = WorkQueue()
         self.children = Children()
+        self.admission = Admission(
+            store, self.children, catalog, settings, limits or LimitSettings(), clock, self.queue.add
+        )
         self._refused_since: dict[str, datetime] = {}  # task id -> when its Job's quota wait began
 
     # ------------------------------------------------------------------ the loop
@@ -152,6 +163,7 @@ class Reconciler:
         task_ids = {*self.store.unfinished_ids(), *self.children.task_ids()}
         for task_id in task_ids:
             self.queue.add(task_id)
+        self.admission.wake()
         return len(task_ids)
 
     async def relist(self) -> None:
@@ -161,6 +173,7 @@ class Reconciler:
         jobs, jobs_at = await self._list(self.batch.list_namespaced_job, TOOL_RUN_SELECTOR)
         pods, pods_at = await self._list(self.core.list_namespaced_pod, TOOL_RUN_SELECTOR)
         self.children.replace_all(jobs, jobs_at, pods, pods_at)
+        self.admission.reset()  # what runs is counted afresh from these listings
         self.resync()
 
     # ------------------------------------------------------------------ one task
@@ -181,7 +194,8 @@ class Reconciler:
             return None
         tool = self.catalog.get_tool(record.tool)
         job, pods = self.children.job(task_id), self.children.pods(task_id)
-        plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings)
+        waiting = self.admission.verdict(record, tool) if job is None else None
+        plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings, waiting)
         if plan.confirm:
             try:
                 record = await self.store.get(task_id, fresh=True)
@@ -191,7 +205,8 @@ class Reconciler:
             pods, _ = await self._list(self.core.list_namespaced_pod, f"{TASK_ID_LABEL}={task_id}")
             self.children.replace(task_id, job, pods)
             job, pods = self.children.job(task_id), self.children.pods(task_id)
-            plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings)
+            waiting = self.admission.verdict(record, tool) if job is None else None
+            plan = decisions.decide(record, job, pods, tool, self.clock(), self.settings, waiting)
         if record.status.is_terminal:
             self._refused_since.pop(task_id, None)
         current = record
@@ -235,7 +250,23 @@ class Reconciler:
                 return await self._change(record, renew, "ttlMs raised while running")
             case decisions.CountAttempt():
                 return await self._change(record, lambda r, now: transitions.start_attempt(r), "counted its run")
+            case decisions.StatusMessage(said):
+                return await self._say_queued(record, said)
         return record
+
+    async def _say_queued(self, record: TaskRecord, message: str | None) -> TaskRecord | None:
+        """Write why the task waits for a slot (`message`), or clear it (`None`); a `Queued` Event when it
+        starts waiting.
+        """
+
+        def say(r: TaskRecord, now: datetime) -> TaskRecord:
+            return transitions.set_status_message(r, message, now)
+
+        written = await self._change(record, say, "admitted" if message is None else "queued")
+        before = record.status_message or ""
+        if written is not None and message is not None and not before.startswith(QUEUED_PREFIX):
+            self.emit(TaskEvent(record.task_id, "Queued", message, action="Admit", related_job=False))
+        return written
 
     async def _change(self, record: TaskRecord, change: Change, why: str) -> TaskRecord | None:
         """Write `change` of `record` at the version the decision was made on (compare-and-swap, no
@@ -264,6 +295,7 @@ class Reconciler:
         task = await self.store.raw(record.task_id)
         if task is None:
             return None
+        queue = self.settings.kueue_queue(tool.name, record.owner.tenant)
         with tracing.span("mcp.task.job", record.traceparent, {"mcp.tool": tool.name}) as traceparent:
             try:
                 job = (
@@ -274,6 +306,8 @@ class Reconciler:
             except ValueError as exc:  # an McpServer tool without the operator's bridge image
                 await self._change(record, transitions.failing(str(exc), "InvalidTool"), "its Job cannot be built")
                 return None
+            if queue is not None:
+                kueue.queue_job(job, queue)
             try:
                 created = await client.call_json(
                     self.batch.create_namespaced_job, self.namespace, cast(Any, job), timeout_s=REQUEST_TIMEOUT_S
@@ -295,6 +329,8 @@ class Reconciler:
         metrics.JOBS_CREATED.inc()
         metrics.RUNS_STARTED.labels(tool.name).inc()
         note = f"Created Job {job['metadata']['name']} to run tool {tool.name} (attempt {record.attempt + 1})"
+        if queue is not None:
+            note += f", suspended until Kueue admits it (LocalQueue {queue})"
         self.emit(TaskEvent(record.task_id, "JobCreated", note, action="Create"))
         # A fact, not a decision: count the run on whatever version the task is at now.
         try:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcp_tasks.operator import kueue
+from mcp_tasks.operator.kueue import QueueNames
 from mcp_tasks.tasks.pod_shape import ToolDefaults
 
 
@@ -62,6 +64,22 @@ class OperatorSettings:
             `resources`, `nodeSelector`, `tolerations`, `imagePullSecrets`, `affinity`, `runtimeClassName`,
             `priorityClassName`, merged under each McpTool's own `spec.container` values (the tool's value
             wins; docs/kubernetes.md §2). Applied to Jobs and warm Deployments alike. Default none.
+        max_running_tasks: tasks the operator runs at once, Jobs and warm calls together (a Job counts from
+            its creation until its pod ends); a task over it waits `working`, its `statusMessage` saying so,
+            and the next free slot goes to the tenant furthest below its share (`tasks.fair_share`). The
+            running budgets of the `limits` group (`MCPTASKS_MAX_RUNNING_PER_TENANT`, ...) apply within it.
+            Default 0: no cap (the namespace's ResourceQuota is then the only one).
+        kueue_enabled: leave the admission of Jobs to Kueue (https://kueue.sigs.k8s.io; installed in the
+            cluster, with LocalQueues in this namespace): a task mapped to a LocalQueue (below) gets its Job
+            created suspended with the label `kueue.x-k8s.io/queue-name`, and Kueue starts it; such Jobs
+            count against Kueue's quotas, not `max_running_tasks` nor the running budgets. Default off.
+        kueue_queue_name: the LocalQueue of a task whose tool and tenant are not mapped below; empty (the
+            default): such tasks are admitted by the operator itself.
+        kueue_tenant_queues: tenant → LocalQueue, as a JSON object (e.g. `{"team-a": "team-a"}`): one
+            queue per tenant lets Kueue's fair sharing between ClusterQueues hold between tenants. Default
+            none.
+        kueue_tool_queues: tool name → LocalQueue, as a JSON object (e.g. `{"render": "gpu"}`); a tool's
+            queue wins over its tenant's. Default none.
     """
 
     worker_url: str | None = None
@@ -87,6 +105,17 @@ class OperatorSettings:
     instance: str | None = None
     bridge_image: str | None = None
     tool_defaults: ToolDefaults | None = None
+    max_running_tasks: int = 0
+    kueue_enabled: bool = False
+    kueue_queue_name: str = ""
+    kueue_tenant_queues: QueueNames = field(default_factory=QueueNames)
+    kueue_tool_queues: QueueNames = field(default_factory=QueueNames)
+
+    def kueue_queue(self, tool: str, tenant: str) -> str | None:
+        """The LocalQueue a task of `tool` owned by `tenant` goes to, or `None` (Kueue off, or not mapped)."""
+        if not self.kueue_enabled:
+            return None
+        return kueue.queue_for(tool, tenant, self.kueue_queue_name, self.kueue_tool_queues, self.kueue_tenant_queues)
 
     @property
     def pod_worker_url(self) -> str:

@@ -17,6 +17,10 @@ the warm Deployment's ready pods (`status.warm.endpoints`) as its workers (`Endp
 
 The worker API of any replica serves the pods' calls (`resolve`), from the McpTask, since every write is
 compare-and-swap. Synchronous calls never come here: the gateways send them to the pods directly.
+
+With a cap or running budgets set (`operator.admission`), a task that never ran is claimed only once the
+leader's admission admitted it (the same fair share as Jobs, in the same count); the tasks offered to the
+claim loop are the admitted ones, so a tenant's long backlog of warm tasks never hides another's.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -33,6 +38,7 @@ from typing import Final
 
 import aiohttp
 
+from mcp_tasks.operator.admission import Admission
 from mcp_tasks.runner.adoption import Adoption
 from mcp_tasks.runner.claims import Claimer
 from mcp_tasks.runner.context import RunContext
@@ -45,6 +51,7 @@ from mcp_tasks.runner.warm_pool import EndpointPool, WarmWorkers
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.store.kubernetes.store import KubernetesTaskStore
 from mcp_tasks.tasks.errors import TaskNotFound
+from mcp_tasks.tasks.fair_share import QUEUED_PREFIX
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
@@ -82,6 +89,7 @@ class WarmTaskRunner:
             authoritatively.
         kill_pod: stops the warm pod at an address (`http://ip:port`).
         tls: how the warm pods' HTTPS is verified (the chart's `tls.warmWorkers`); `None`: plain HTTP.
+        admission: the operator's admission (`None`: every task may start at once).
     """
 
     def __init__(
@@ -96,8 +104,10 @@ class WarmTaskRunner:
         job_exists: Callable[[str], Awaitable[bool]],
         kill_pod: Callable[[str], Awaitable[None]],
         tls: PeerTls | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.store = store
+        self.admission = admission
         self.tls = tls
         self.catalog = catalog
         self.worker_url = worker_url.rstrip("/")
@@ -147,6 +157,10 @@ class WarmTaskRunner:
             await self._session.close()
         await asyncio.to_thread(ctx.runs_dir.rmdir)
 
+    def wake(self) -> None:
+        """Claim now rather than at the next poll (a task was admitted)."""
+        self.ctx.capacity_freed.set()
+
     def _new_pool(self, tool: ToolSpec) -> WarmWorkers:
         assert self._session is not None, "start() first"
         name = tool.name
@@ -158,15 +172,29 @@ class WarmTaskRunner:
         that ran without a lease ran as a Job (its tool became warm since): it stays the Job's.
         """
         warm = frozenset(tool.name for tool in self.catalog.list_tools() if tool.warm is not None)
-        listed = await self.store.list_runnable(self.ctx.clock(), capacity * 4, tools=warm)
-        return [record for record in listed if record.lease is not None or record.attempt == 0][:capacity]
+        if self.admission is None or not self.admission.enabled:
+            listed = await self.store.list_runnable(self.ctx.clock(), capacity * 4, tools=warm)
+            return [record for record in listed if record.lease is not None or record.attempt == 0][:capacity]
+        listed = await self.store.list_runnable(self.ctx.clock(), sys.maxsize, tools=warm)  # the cache: no reads
+        return [record for record in listed if self._admitted(record)][:capacity]
+
+    def _admitted(self, record: TaskRecord) -> bool:
+        """A task this runner may claim: a warm run's re-run, or one the admission admitted."""
+        if record.lease is None and record.attempt > 0:
+            return False  # it ran as a Job
+        admission = self.admission
+        return admission is None or admission.verdict(record, self.catalog.get_tool(record.tool)) is None
 
     async def _admit(self, record: TaskRecord) -> TaskRecord | None:
         """Leave a task a Job runs (an authoritative read: the operator's copies of Jobs may lag, or be empty
         in a standby replica); a re-run a lost warm run asked for is claimed afresh.
         """
+        if not self._admitted(record):
+            return None
         if record.lease is None and await self._job_exists(record.task_id):
             return None
+        if record.status_message is not None and record.status_message.startswith(QUEUED_PREFIX):
+            record = dataclasses.replace(record, status_message=None)  # admitted: it no longer waits
         if record.lease is not None and record.lease.holder == RERUN:
             return dataclasses.replace(record, lease=None)
         return record

@@ -462,7 +462,7 @@ def test_children_keep_only_what_decisions_read_and_never_roll_back() -> None:
     assert children.job_event("ADDED", full) == "t1"
     kept = children.job("t1")
     assert kept is not None and "spec" not in kept and "managedFields" not in kept["metadata"]
-    assert kept["status"] == {"conditions": [{"type": "Complete", "status": "True"}]}
+    assert kept["status"] == {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "x"}
     older = {**full, "metadata": {**full["metadata"], "resourceVersion": "4"}, "status": {}}
     children.job_event("MODIFIED", older)
     assert children.job("t1") == kept, "a late event does not roll back"

@@ -488,6 +488,26 @@ class KubernetesTaskStore:
         """Ids of the non-terminal McpTasks in the cache (objects are not decoded)."""
         return [name for name, entry in list(self._cache.items()) if not entry.finished]
 
+    def unfinished_records(self) -> list[TaskRecord]:
+        """Every non-terminal McpTask of the cache, decoded (a parse is kept per resourceVersion, so asking
+        again costs a walk of the cache, no request); malformed objects are skipped. Any order.
+        """
+        records: list[TaskRecord] = []
+        for name in self.unfinished_ids():
+            entry = self._cache.get(name)
+            if entry is None:
+                continue
+            try:
+                records.append(self._decode(entry))
+            except TaskNotFound:
+                continue
+        return records
+
+    def owner_of(self, task_id: str) -> Owner | None:
+        """The owner of McpTask `task_id` as cached (finished or not; nothing is decoded), or `None`."""
+        entry = self._cache.get(task_id)
+        return None if entry is None else Owner(entry.tenant, entry.subject, entry.issuer)
+
     async def list_runnable(
         self, now: datetime, limit: int, tools: frozenset[str] | None = None
     ) -> Sequence[TaskRecord]:
