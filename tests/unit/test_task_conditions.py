@@ -43,6 +43,16 @@ CASES: list[tuple[str, TaskRecord, tuple[str, ...]]] = [
     ("created", _new(), _live("False/NotStarted", "False/NoPendingInput")),
     ("running", _running(), _live("True/RunStarted", "False/NoPendingInput")),
     (
+        "waiting for a slot",
+        transitions.set_status_message(_new(), "queued: next in line for a slot", LATER),
+        _live("False/Queued", "False/NoPendingInput"),
+    ),
+    (
+        "its Job waiting for Kueue",
+        transitions.set_status_message(_running(), "queued: waiting for Kueue to admit its Job (LocalQueue q)", LATER),
+        _live("False/Queued", "False/NoPendingInput"),
+    ),
+    (
         "waiting for input",
         transitions.add_input_requests(_running(), [("q", ELICIT)], LATER)[0],
         _live("True/RunStarted", "True/InputRequested"),

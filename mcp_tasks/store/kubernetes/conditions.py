@@ -3,7 +3,9 @@
 Three condition types while a task lives, so `kubectl wait --for=condition=Finished mcptask/<taskId>`
 and dashboards built on conditions work:
 
-- `Started`: `True` once a run of the tool began (`attempt` ≥ 1); reason `RunStarted` / `NotStarted`.
+- `Started`: `True` once a run of the tool began (`attempt` ≥ 1); reason `RunStarted` / `NotStarted`, or
+  `Queued` while it waits for a slot (its `statusMessage` starts `queued: `: the operator's admission, or a
+  Job suspended until Kueue admits it).
 - `InputRequired`: `True` while the task waits for input; reason `InputRequested` / `NoPendingInput`.
 - `Finished`: `True` once the task is terminal; reason `Completed`, `ToolError` (completed with
   `isError: true`), `Cancelled`, `Failed`, or the `reason` a failure's `error.data` names (e.g.
@@ -33,6 +35,7 @@ from typing import Final
 
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.kubernetes.resources import TaskCondition
+from mcp_tasks.tasks.fair_share import QUEUED_PREFIX
 from mcp_tasks.tasks.record import TaskRecord, iso_ms
 
 CONDITION_STARTED: Final = "Started"
@@ -47,13 +50,20 @@ def desired(record: TaskRecord) -> list[tuple[str, str, str]]:
     """
     if record.status.is_terminal:
         return [(CONDITION_FINISHED, "True", record.finished_reason)]
-    started = record.attempt >= 1
+    queued = (record.status_message or "").startswith(QUEUED_PREFIX)
+    started = record.attempt >= 1 and not queued
     waiting = record.status is TaskStatus.INPUT_REQUIRED
     return [
-        (CONDITION_STARTED, "True" if started else "False", "RunStarted" if started else "NotStarted"),
+        (CONDITION_STARTED, "True" if started else "False", _start_reason(started, queued)),
         (CONDITION_INPUT_REQUIRED, "True" if waiting else "False", "InputRequested" if waiting else "NoPendingInput"),
         (CONDITION_FINISHED, "False", "Running"),
     ]
+
+
+def _start_reason(started: bool, queued: bool) -> str:
+    if started:
+        return "RunStarted"
+    return "Queued" if queued else "NotStarted"
 
 
 def task_conditions(record: TaskRecord, previous: Sequence[TaskCondition], generation: int) -> list[TaskCondition]:
