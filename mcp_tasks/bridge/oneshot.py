@@ -39,25 +39,30 @@ def run_once(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> J
 
 
 async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json | None:
-    """`_send`, abandoned at the first SIGTERM/SIGINT (then `None`)."""
-    outcome: Json | None = None
+    """`_send`, stopped at the first SIGTERM/SIGINT (then `None`).
+
+    Only the call is abandoned (which sends the server `notifications/cancelled`); the connection then
+    closes the ordinary way, so that notification is flushed before the server is stopped.
+    """
+    stopping = anyio.Event()
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as group:
 
             async def stop_on_signal() -> None:
                 async for signum in signals:
                     logger.warning("stopped by signal %s: cancelling the call on the server", signum)
-                    group.cancel_scope.cancel()
+                    stopping.set()
                     return
 
             group.start_soon(stop_on_signal)
-            outcome = await _send(ctx, target, tool, idempotent)
+            outcome = await _send(ctx, target, tool, idempotent, stopping)
             group.cancel_scope.cancel()
     return outcome
 
 
-async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json:
-    """Send the call, again to a fresh server when an idempotent tool's server was lost (`MAX_SENDS` in all).
+async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, stopping: anyio.Event) -> Json | None:
+    """Send the call, again to a fresh server when an idempotent tool's server was lost (`MAX_SENDS` in all);
+    `None` once `stopping` is set.
 
     Raises:
         ProtocolFailure: as `run_once`.
@@ -73,13 +78,19 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -
         try:
             async with connect(target, handlers) as client:
                 progress = Progress(ctx)
+                result: Json | None = None
                 async with anyio.create_task_group() as group:
+
+                    async def stop_when_asked() -> None:
+                        await stopping.wait()
+                        group.cancel_scope.cancel()
+
+                    group.start_soon(stop_when_asked)
                     group.start_soon(progress.run)
                     sent = True
-                    try:
-                        return await call_tool(client, tool, ctx.arguments, progress)
-                    finally:
-                        group.cancel_scope.cancel()
+                    result = await call_tool(client, tool, ctx.arguments, progress)
+                    group.cancel_scope.cancel()
+                return result
         except ProtocolFailure:
             raise
         except ServerLost as exc:
@@ -93,6 +104,8 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -
                 raise unavailable(target.server, exc) from exc
             logger.exception("the connection to the MCP server failed mid-call")
             why = type(exc).__name__
+        if stopping.is_set():
+            return None
         if not idempotent:
             return outcome_unknown(target.server, tool, why)
         if send < MAX_SENDS:

@@ -30,6 +30,7 @@ from mcp_tasks.operator.events import EventRecorder, TaskEvent
 from mcp_tasks.operator.handlers import build_registry
 from mcp_tasks.operator.leadership import LeaderElection, LeaseTiming
 from mcp_tasks.operator.reconciler import Reconciler
+from mcp_tasks.operator.server_discovery import ServerDiscovery
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.operator.tool_status import write_tool_statuses
 from mcp_tasks.operator.warm import PodTls
@@ -170,6 +171,8 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
                 recorder.emit(TaskEvent(execution.task_id, "ToolRunning", note, action="Run"))
 
         worker_app = create_worker_app(executions, channel, config.artifact_max_bytes + 64 * 1024, tool_running)
+        server_discovery = ServerDiscovery(api, namespace, catalog, config)  # McpServers: Jobs, reports, status
+        server_discovery.add_routes(worker_app)
         web_runner = web.AppRunner(worker_app, access_log=None, shutdown_timeout=5)
         await web_runner.setup()
         stack.push_async_callback(web_runner.cleanup)
@@ -217,6 +220,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         background = [
             asyncio.create_task(write_tool_statuses(api, namespace, catalog), name="tool-status"),
             asyncio.create_task(warm_tools.run(election.leading), name="warm-tools"),
+            asyncio.create_task(server_discovery.run(election.leading), name="server-discovery"),
             asyncio.create_task(election.run(), name="leader-election"),
             asyncio.create_task(reconciler.run_workers(election.leading), name="reconcile"),
             asyncio.create_task(reconciler.admission.run(election.leading), name="admission"),

@@ -9,6 +9,9 @@ docs/mcp-servers.md each have a test here.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +22,8 @@ import pytest
 import yaml
 
 from mcp_tasks.protocol import constants
-from tests.conftest import TASKS_CAPS, Embedded, McpHttp, server_settings, serving
+from tests.conftest import PLAIN_CAPS, TASKS_CAPS, Embedded, McpHttp, exited, server_settings, serving, until
+from tests.e2e.test_durability import ServerProcess, tool_pids
 from tests.mcp_servers import everything_command, time_command
 
 SAMPLING_CAPS: dict[str, Any] = {**TASKS_CAPS, "sampling": {}}
@@ -82,3 +86,269 @@ async def test_a_long_operation_shows_progress_while_it_runs_and_completes_with_
         {"type": "text", "text": "Long running operation completed. Duration: 3 seconds, Steps: 3."}
     ]
     assert done["result"]["isError"] is False
+
+
+async def test_an_elicitation_goes_input_required_and_the_answer_reaches_the_server(client: McpHttp) -> None:
+    """Mapping row: the server's `elicitation/create` → the task's `inputRequests`; the answer given through
+    `tasks/update` → the response to the waiting server request (tasks extension 2026-07-28 `tasks/update`)."""
+    task_id = await client.start_task("trigger-elicitation-request", {})
+    asked = await client.wait_status(task_id, "input_required", timeout_s=20)
+    ((key, request),) = asked["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["requestedSchema"]["properties"]["name"]["type"] == "string"
+    await client.update(task_id, {key: {"action": "accept", "content": {"name": "Ada Lovelace", "check": True}}})
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=20)
+    assert done["status"] == "completed", done
+    texts = [block["text"] for block in done["result"]["content"]]
+    assert "User inputs:\n- Name: Ada Lovelace" in "".join(texts), texts
+
+
+async def test_a_sampling_request_is_put_to_a_client_that_declared_sampling(client: McpHttp) -> None:
+    """Mapping row: `sampling/createMessage` → an input request, answered with a `CreateMessageResult`."""
+    reply = await client.call_tool("trigger-sampling-request", {"prompt": "hello"}, caps=SAMPLING_CAPS)
+    task_id = reply.result["taskId"]
+    asked = await client.wait_task(task_id, lambda t: t["status"] == "input_required", timeout_s=20)
+    ((key, request),) = asked["inputRequests"].items()
+    assert request["method"] == "sampling/createMessage"
+    assert "hello" in request["params"]["messages"][0]["content"]["text"]
+    answer = {"role": "assistant", "content": {"type": "text", "text": "a sampled reply"}, "model": "test-model"}
+    await client.update(task_id, {key: answer}, caps=SAMPLING_CAPS)
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=20)
+    assert done["status"] == "completed", done
+    assert "a sampled reply" in done["result"]["content"][0]["text"]
+    assert done["result"]["isError"] is False
+
+
+async def test_a_sampling_request_is_refused_clearly_for_a_client_that_did_not_declare_it(client: McpHttp) -> None:
+    """Mapping row (capability rule, as for native tools): a kind the calling client did not declare is never
+    put; the server gets an error naming it, and its tool reports that error (here as `isError`)."""
+    task_id = await client.start_task("trigger-sampling-request", {"prompt": "hello"})
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=20)
+    assert "inputRequests" not in done
+    text = json.dumps(done.get("result") or done.get("error"))
+    assert "cannot answer sampling/createMessage" in text and "sampling" in text, done
+
+
+async def test_roots_are_put_to_a_client_that_declared_them(client: McpHttp) -> None:
+    """Mapping row: the server's `roots/list` → an input request; the client's roots reach the server (which
+    also asks for them on its own soon after start: every such request is an input request of the task)."""
+    caps = {**TASKS_CAPS, "roots": {}}
+    task_id = (await client.call_tool("get-roots-list", {}, caps=caps)).result["taskId"]
+    roots = {"roots": [{"uri": "file:///srv/project", "name": "project"}]}
+
+    async def settled() -> dict[str, Any] | None:
+        task = (await client.get(task_id)).result
+        if task["status"] == "input_required":
+            assert {r["method"] for r in task["inputRequests"].values()} == {"roots/list"}
+            await client.update(task_id, {key: roots for key in task["inputRequests"]}, caps=caps)
+            return None
+        return task if task["status"] in {"completed", "failed"} else None
+
+    done = await until(settled, timeout_s=30, changed=client.changed)
+    assert done["status"] == "completed", done
+    assert "file:///srv/project" in json.dumps(done["result"])
+
+
+async def test_a_cancelled_long_operation_ends_cancelled_and_its_server_is_stopped(
+    client: McpHttp, everything: Embedded
+) -> None:
+    """Mapping row: `tasks/cancel` → the bridge abandons the call (`notifications/cancelled`) and the server
+    is stopped; the task ends `cancelled` (tasks extension 2026-07-28 `tasks/cancel`)."""
+    task_id = await client.start_task("trigger-long-running-operation", {"duration": 60, "steps": 60})
+    await client.wait_task(task_id, lambda t: "of 60" in t.get("statusMessage", ""), timeout_s=20)
+    servers = server_pids(task_id)
+    assert len(servers) == 1, servers
+    await client.cancel(task_id)
+    done = await client.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=20)
+    assert done["status"] == "cancelled", done
+    await exited(servers[0], timeout_s=15)
+
+
+async def test_an_idempotent_tools_call_is_sent_again_when_its_server_dies_mid_call(client: McpHttp) -> None:
+    """Mapping row (outcome rule): the server exits mid-call and the tool is idempotent (its `idempotentHint`)
+    → the bridge sends the call again to a fresh server, and the task completes with its result."""
+    task_id = await client.start_task("trigger-long-running-operation", {"duration": 4, "steps": 4})
+    await client.wait_task(task_id, lambda t: "of 4" in t.get("statusMessage", ""), timeout_s=20)
+    (first,) = server_pids(task_id)
+    os.kill(first, signal.SIGKILL)
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=40)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"].startswith("Long running operation completed")
+
+
+def server_pids(task_id: str) -> list[int]:
+    """Pids of the MCP server processes a task's bridge started: children of the bridge, which has the task's
+    id in its environment (the server itself gets only its spec's environment)."""
+    bridges = {str(pid) for pid in tool_pids(task_id)}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            except (OSError, IndexError):
+                continue
+            if parent in bridges and not (entry / "environ").read_bytes().count(b"MCPTASKS_TASK_ID="):
+                found.append(int(entry.name))
+    return found
+
+
+async def test_a_call_without_the_tasks_extension_is_answered_synchronously(client: McpHttp) -> None:
+    """`taskPolicy: optional` (the default): a call without the extension runs through the synchronous path
+    and gets the server's `CallToolResult` directly, no task (SEP-2663 Negotiation)."""
+    reply = await client.call_tool("get-sum", {"a": 2, "b": 3}, caps=PLAIN_CAPS)
+    assert reply.result.get("resultType") != "task", reply.body
+    assert reply.result["content"][0]["text"] == "The sum of 2 and 3 is 5."
+
+
+async def test_a_streamable_http_server_gets_a_free_port_per_call(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """McpServer `transport: streamable-http`, embedded: the bridge starts the server with a free loopback port
+    in `http.portEnv`, so calls never clash on a port; progress flows over the HTTP stream as over stdio."""
+    manifest = server_manifest(
+        "everything-http",
+        everything_command("streamableHttp"),
+        transport="streamable-http",
+        http={"port": 3001, "path": "/mcp", "portEnv": "PORT"},
+        toolNamePrefix="http-",
+    )
+    folder = write_folder(tmp_path / "tools", manifest)
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as server:
+        mcp = McpHttp(http_session, server.url, changed=server.changed)
+        first = await mcp.start_task("http-trigger-long-running-operation", {"duration": 2, "steps": 2})
+        second = await mcp.start_task("http-get-sum", {"a": 1, "b": 41})
+        running = await mcp.wait_task(first, lambda t: "of 2" in t.get("statusMessage", ""), timeout_s=30)
+        assert running["status"] in {"working", "completed"}
+        summed = await mcp.wait_status(second, "completed", "failed", timeout_s=30)
+        assert summed["result"]["content"][0]["text"] == "The sum of 1 and 41 is 42.", summed
+        done = await mcp.wait_status(first, "completed", "failed", timeout_s=30)
+        assert done["result"]["content"][0]["text"].startswith("Long running operation completed"), done
+
+
+@pytest.fixture
+async def time_server(tmp_path: Path) -> AsyncIterator[Embedded]:
+    """mcp-server-time (2026-07-28, `server/discover`) twice: per call (`time_` prefix) and warm (`warm_`)."""
+    folder = write_folder(
+        tmp_path / "tools",
+        server_manifest("time", time_command(), toolNamePrefix="time_"),
+        server_manifest("time-warm", time_command(), toolNamePrefix="warm_", warm={"minWorkers": 1, "concurrency": 4}),
+    )
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as server:
+        yield server
+
+
+async def test_mcp_server_time_works_per_call_and_warm(
+    time_server: Embedded, http_session: aiohttp.ClientSession
+) -> None:
+    """A 2026-07-28 server (`server/discover`) per call and warm: concurrent warm calls share one connection,
+    each with its own request id; the result's `structuredContent` passes the listed `outputSchema`."""
+    mcp = McpHttp(http_session, time_server.url, changed=time_server.changed)
+    tools = {tool["name"] for tool in (await mcp.request("tools/list", {})).result["tools"]}
+    assert {"time_get_current_time", "time_convert_time", "warm_get_current_time", "warm_convert_time"} <= tools
+    per_call = await mcp.start_task("time_get_current_time", {"timezone": "Europe/Warsaw"})
+    done = await mcp.wait_status(per_call, "completed", "failed", timeout_s=30)
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"]["timezone"] == "Europe/Warsaw"
+    warm = [
+        await mcp.start_task("warm_convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": zone})
+        for zone in ("Asia/Tokyo", "America/New_York", "Europe/London")
+    ]
+    ends = [await mcp.wait_status(task_id, "completed", "failed", timeout_s=30) for task_id in warm]
+    assert [end["result"]["structuredContent"]["target"]["timezone"] for end in ends] == [
+        "Asia/Tokyo",
+        "America/New_York",
+        "Europe/London",
+    ], ends
+    (worker,) = tool_pids("warm_convert_time", "MCPTASKS_SERVE_TOOL")
+    assert len(children_of(worker)) == 1, "one server process behind the warm worker took all three calls"
+    sync = await mcp.call_tool("warm_get_current_time", {"timezone": "Asia/Kolkata"}, caps=PLAIN_CAPS)
+    assert sync.result["structuredContent"]["timezone"] == "Asia/Kolkata", sync.body
+
+
+def children_of(pid: int) -> list[int]:
+    """Live child processes of `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                    found.append(int(entry.name))
+            except (OSError, IndexError):
+                continue
+    return found
+
+
+async def test_a_kill_9_of_the_server_mid_operation_loses_nothing(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Restart rule (ours, docs/design.md §7) for a server tool: the bridge is the tool's process, so it outlives
+    a kill -9 of `mcptasks serve` with its MCP server, is adopted by the next start (which discovers the
+    server again first), and its one run's result lands."""
+    folder = write_folder(tmp_path / "tools", server_manifest("everything", everything_command()))
+    server = ServerProcess(tmp_path / "data", "--tools", str(folder))
+    try:
+        mcp = McpHttp(http_session, await server.start())
+        task_id = await mcp.start_task("trigger-long-running-operation", {"duration": 6, "steps": 6})
+        await mcp.wait_task(task_id, lambda t: "of 6" in t.get("statusMessage", ""), timeout_s=30)
+        (bridge,) = tool_pids(task_id)
+        (child,) = server_pids(task_id)
+        await server.kill()
+        mcp = McpHttp(http_session, await server.start())
+        done = await mcp.wait_status(task_id, "completed", "failed", "cancelled", timeout_s=40)
+        assert done["status"] == "completed", done
+        assert done["result"]["content"][0]["text"] == (
+            "Long running operation completed. Duration: 6 seconds, Steps: 6."
+        )
+        await exited(bridge, timeout_s=10)  # the adopted bridge, its result in, is gone with its server
+        await exited(child, timeout_s=10)
+    finally:
+        await server.stop()
+
+
+async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Least privilege (issue: hostile servers): malformed JSON on stdout, an unknown notification and a request
+    of an unknown method, 5000 progress and 5000 log notifications, then a 3 MB result: the task completes,
+    the result is an artifact link (the inline cap holds), the progress shown is the last; a server that
+    never answers is cancelled, and it got `notifications/cancelled` for the call it was sent."""
+    journal = tmp_path / "journal.ndjson"
+    script = Path(__file__).resolve().parent.parent / "hostile_mcp_server.py"
+    manifest = server_manifest(
+        "hostile",
+        [sys.executable, str(script), str(journal)],
+        toolDefaults={"execution": {"cancelGraceSeconds": 3}},
+    )
+    folder = write_folder(tmp_path / "tools", manifest)
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+        mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
+        flood = await mcp.start_task("flood", {"count": 5000, "size": 3_000_000})
+        done = await mcp.wait_status(flood, "completed", "failed", timeout_s=60)
+        assert done["status"] == "completed", done
+        assert any(block["type"] == "resource_link" for block in done["result"]["content"]), done
+        hang = await mcp.start_task("hang", {})
+        await until(lambda: _sent(journal, "hang"), timeout_s=20)
+        listed = await mcp.request("tools/list", {})
+        assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die"}
+        await mcp.cancel(hang)
+        assert (await mcp.wait_status(hang, "cancelled", "completed", "failed", timeout_s=20))["status"] == "cancelled"
+        await until(lambda: _cancelled(journal), timeout_s=20)
+        died = await mcp.start_task("die", {})
+        lost = await mcp.wait_status(died, "completed", "failed", timeout_s=20)
+        assert lost["status"] == "completed" and lost["result"]["isError"] is True, lost
+        assert "outcome is unknown" in lost["result"]["content"][0]["text"]
+
+
+async def _sent(journal: Path, tool: str) -> bool:
+    lines = journal.read_text().splitlines() if journal.exists() else []
+    return any('"tools/call"' in line and f'"{tool}"' in line for line in lines)
+
+
+async def _cancelled(journal: Path) -> bool:
+    """Whether the server got `notifications/cancelled` naming the request id of its `hang` call."""
+    messages = [json.loads(line) for line in journal.read_text().splitlines()]
+    calls = {m["id"] for m in messages if m.get("method") == "tools/call" and m["params"]["name"] == "hang"}
+    return any(m.get("method") == "notifications/cancelled" and m["params"].get("requestId") in calls for m in messages)

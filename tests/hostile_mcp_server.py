@@ -1,0 +1,85 @@
+"""A deliberately hostile stdio MCP server (2025-06-18), for the bridge's robustness tests. Standard library only.
+
+Run as `python hostile_mcp_server.py <journal>`: every line it reads is appended to `<journal>` (so a test
+sees what the bridge sent, e.g. `notifications/cancelled`). Tools:
+- `flood`: before answering, writes a malformed line, a line that is JSON but no JSON-RPC message, a request
+  of a method no client has, `count` progress notifications and `count` log messages, then a result of
+  `size` bytes of text;
+- `hang`: never answers (until its stdin closes);
+- `die`: exits at once, mid-call.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+TOOLS = [
+    {"name": name, "description": f"hostile {name}", "inputSchema": {"type": "object"}, **extra}
+    for name, extra in (("flood", {}), ("hang", {}), ("die", {"annotations": {"idempotentHint": False}}))
+]
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+
+
+def main() -> None:
+    journal = open(sys.argv[1], "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+    for line in sys.stdin:
+        journal.write(line)
+        journal.flush()
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        if method == "initialize":
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": ident,
+                    "result": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}, "logging": {}},
+                        "serverInfo": {"name": "hostile", "version": "0"},
+                    },
+                }
+            )
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": TOOLS}})
+        elif method == "tools/call":
+            name = message["params"]["name"]
+            arguments = message["params"].get("arguments") or {}
+            token = (message["params"].get("_meta") or {}).get("progressToken")
+            if name == "die":
+                sys.exit(3)
+            if name == "hang":
+                continue
+            count, size = int(arguments.get("count", 1000)), int(arguments.get("size", 10))
+            sys.stdout.write("{this is not json\n")
+            send({"jsonrpc": "2.0", "method": "notifications/unknown/thing", "params": {"x": 1}})
+            send({"jsonrpc": "2.0", "id": "weird-1", "method": "no/such/method", "params": {}})
+            for step in range(1, count + 1):
+                if token is not None:
+                    send(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/progress",
+                            "params": {"progressToken": token, "progress": step, "total": count},
+                        }
+                    )
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {"level": "info", "data": f"flood {step}"},
+                    }
+                )
+            text = "x" * size
+            send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
+        elif ident is not None and method is not None:
+            send({"jsonrpc": "2.0", "id": ident, "result": {}})
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
