@@ -20,9 +20,9 @@ COPY ${WHEELS:-pyproject.toml} /tmp/wheels/
 ENV PATH=/opt/venv/bin:$PATH
 RUN python3 -m venv /opt/venv \
     && if [ -n "$WHEELS" ]; then \
-        pip install --no-cache-dir --no-index --find-links /tmp/wheels '.[s3]'; \
+        pip install --no-cache-dir --no-index --find-links /tmp/wheels '.[s3,servers]'; \
     else \
-        pip install --no-cache-dir '.[s3]'; \
+        pip install --no-cache-dir '.[s3,servers]'; \
     fi \
     && rm -rf /tmp/wheels /root/.cache \
     && (getent passwd 65532 || echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >> /etc/passwd)

@@ -89,7 +89,7 @@ def wheelhouse() -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(partial)]
-    _run([*pip, f"{REPO}[s3]"])
+    _run([*pip, f"{REPO}[s3,servers]"])
     _run([*pip, "setuptools>=68", "wheel"])  # build-system.requires, for the image's --no-index build
     for own in partial.glob("mcp_tasks-*.whl"):
         own.unlink()
