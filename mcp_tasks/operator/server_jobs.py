@@ -18,11 +18,11 @@ How the bridge reaches the server inside the pod, with no `pods/exec` or `pods/a
 - `streamable-http`: at `http://127.0.0.1:<http.port><http.path>` (containers of a pod share one network
   namespace). The sidecar's TCP startup probe on that port holds the bridge back until the server listens.
 - `stdio`: through two FIFOs on a shared memory-backed `emptyDir` (`FIFO_DIR`): the `fifos` init container
-  (the bridge image) makes them; the server's command runs as `sh -c 'exec "$@" <in >out'`, so `sh` only
-  redirects and then is the server; the bridge's stdio child is `sh -c 'cat out & exec cat >in'`, which
-  joins its pipes to the FIFOs (the bridge speaks stdio to it exactly as to a local server). Limitation: the
-  server image needs `/bin/sh` (Debian, Alpine and the official node and python images have it; a
-  distroless image does not: give it a `streamable-http` transport, or see docs/mcp-servers.md).
+  (the bridge image) makes them; the server's command runs as `sh -c 'exec "$@" <in >out'` (`SERVER_REDIRECT`),
+  so `sh` only redirects and then is the server; the bridge's stdio child is `sh -c 'cat out & exec cat >in'`
+  in that folder, which joins its pipes to the FIFOs (the bridge speaks stdio to it exactly as to a local
+  server). Limitation: the server image needs `/bin/sh` (Debian, Alpine and the official node and python
+  images have it; a distroless image does not: give it a `streamable-http` transport, docs/mcp-servers.md).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from mcp_tasks.tasks.servers import (
     ENV_BRIDGE_IDEMPOTENT,
     ENV_BRIDGE_SERVER,
     ENV_BRIDGE_TOOL,
+    ServerSpec,
     ServerToolSpec,
     Transport,
 )
@@ -52,23 +53,25 @@ FIFO_DIR: Final = "/run/mcp-server"
 """Where the stdio FIFOs live in both containers: `in` (the server's stdin) and `out` (its stdout)."""
 SERVER_TMP_VOLUME: Final = f"{pod_shape.RESERVED_VOLUME_PREFIX}server-tmp"
 BRIDGE_COMMAND: Final = ("python", "-m", BRIDGE_MODULE)
-SERVER_REDIRECT: Final = 'exec "$@" <' + FIFO_DIR + "/in >" + FIFO_DIR + "/out"
-"""`sh -c` script that joins the server's stdin and stdout to the FIFOs and becomes the server (`$@`)."""
-BRIDGE_RELAY: Final = f"cat {FIFO_DIR}/out & exec cat >{FIFO_DIR}/in"
-"""`sh -c` script of the bridge's stdio child: its stdin to the server's, the server's stdout to its stdout."""
+SERVER_REDIRECT: Final = 'i=$1 o=$2; shift 2; exec "$@" <"$i" >"$o"'
+"""`sh -c` script that joins the server's stdin and stdout to the FIFOs (`$1`, `$2`) and becomes the server
+(the rest of its arguments): `sh` only opens the two files."""
+BRIDGE_RELAY: Final = "cat out & exec cat >in"
+"""`sh -c` script of the bridge's stdio child, run in `FIFO_DIR` (the bridge container's working directory):
+its stdin to the server's, the server's stdout to its stdout."""
 BRIDGE_RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
 """The bridge container's resources (a Python process holding one MCP session)."""
 STARTUP_PROBE_PERIOD_S: Final = 1
 
 
-def bridge_target(tool: ServerToolSpec) -> JsonObject:
+def bridge_target(server: ServerSpec) -> JsonObject:
     """The bridge's view of the server in the pod (`MCPTASKS_BRIDGE_SERVER`, `tasks.servers.bridge_target`'s
     shape): a stdio child that relays to the sidecar's FIFOs, or the sidecar's local Streamable HTTP URL.
     No `env`: the server's environment is the sidecar's, not the bridge's.
     """
-    spec = tool.server.manifest
+    spec = server.manifest
     target: JsonObject = {
-        "server": tool.server.name,
+        "server": server.name,
         "transport": spec.transport.value,
         "command": None,
         "env": {},
@@ -94,20 +97,20 @@ def _restricted() -> JsonObject:
     }
 
 
-def server_container(tool: ServerToolSpec, settings: OperatorSettings) -> dict[str, Any]:
+def server_container(server: ServerSpec, settings: OperatorSettings) -> dict[str, Any]:
     """The native sidecar that runs the server's image with its own environment, shape and (stdio) FIFOs.
 
     Raises:
         ValueError: the server declares no `container.image`.
     """
-    spec = tool.server.manifest
+    spec = server.manifest
     declared = spec.container
     if declared is None or not declared.image:
-        raise ValueError(f"McpServer {tool.server.name!r} declares no container.image; it cannot run on Kubernetes")
+        raise ValueError(f"McpServer {server.name!r} declares no container.image; it cannot run on Kubernetes")
     command = list(declared.command)
     mounts: list[JsonObject] = [{"name": SERVER_TMP_VOLUME, "mountPath": "/tmp"}]
     if spec.transport is Transport.STDIO:
-        command = ["sh", "-c", SERVER_REDIRECT, command[0], *command]  # `$0` is the server's own name
+        command = ["sh", "-c", SERVER_REDIRECT, command[0], f"{FIFO_DIR}/in", f"{FIFO_DIR}/out", *command]
         mounts.append({"name": FIFO_VOLUME, "mountPath": FIFO_DIR})
     container: dict[str, Any] = {
         "name": SERVER_CONTAINER,
@@ -150,38 +153,59 @@ def fifo_container(image: str) -> dict[str, Any]:
 
 
 def build_server_job(
-    task: JsonObject,
-    tool: ServerToolSpec,
-    settings: OperatorSettings,
-    traceparent: str | None = None,
-    args: tuple[str, ...] = (),
+    task: JsonObject, tool: ServerToolSpec, settings: OperatorSettings, traceparent: str | None = None
 ) -> JsonObject:
     """The Job that runs one call of `tool` for `task`: the server as a sidecar, the bridge as the container.
 
-    `args` are the bridge's arguments (`("discover",)` for a discovery run).
+    Raises:
+        ValueError: the server declares no image, or the operator has no `bridge_image`.
+    """
+    job = jobs.build_job(task, tool, settings, traceparent)
+    declared = {var.name for var in tool.manifest.container.env}  # the server's own and the bridge's: redone below
+    bridge_env = {
+        ENV_BRIDGE_TOOL: tool.server_tool_name,
+        ENV_BRIDGE_IDEMPOTENT: "true" if tool.execution.idempotent else "false",
+    }
+    server_pod(job["spec"]["template"]["spec"], tool.server, settings, declared, bridge_env)
+    return job
+
+
+def server_pod(
+    pod: dict[str, Any],
+    server: ServerSpec,
+    settings: OperatorSettings,
+    dropped: set[str],
+    bridge_env: dict[str, str],
+    args: tuple[str, ...] = (),
+) -> None:
+    """Turn the one-container pod of `jobs.build_job` into the server's: the sidecar (and the FIFOs' init
+    container), and the bridge in place of the tool container (`python -m mcp_tasks.bridge *args`).
+
+    Args:
+        pod: the Job's pod spec, changed in place; its container `tool` holds the worker API's environment
+            and the worker-token mount.
+        server: the McpServer.
+        settings: the operator's (`bridge_image`, `tool_defaults`).
+        dropped: environment variables of the container to leave out (the server's own: they are the sidecar's).
+        bridge_env: the bridge's own variables besides `MCPTASKS_BRIDGE_SERVER`.
+        args: the bridge's arguments (`("discover",)` for a discovery pod).
 
     Raises:
         ValueError: the server declares no image, or the operator has no `bridge_image`.
     """
     if not settings.bridge_image:
         raise ValueError(
-            f"tool {tool.name!r} of McpServer {tool.server.name!r} needs the bridge image: the operator's "
-            "MCPTASKS_BRIDGE_IMAGE is not set (the chart sets it to its image)"
+            f"McpServer {server.name!r} needs the bridge image: the operator's MCPTASKS_BRIDGE_IMAGE is not set "
+            "(the chart sets it to its image)"
         )
-    job = jobs.build_job(task, tool, settings, traceparent)
-    pod = job["spec"]["template"]["spec"]
     (bridge,) = pod["containers"]
-    server = server_container(tool, settings)
-    target = json.dumps(bridge_target(tool), separators=(",", ":"))
-    own = {ENV_BRIDGE_SERVER, ENV_BRIDGE_TOOL, ENV_BRIDGE_IDEMPOTENT}
-    declared = {var.name for var in tool.manifest.container.env}
+    sidecar = server_container(server, settings)
+    target = json.dumps(bridge_target(server), separators=(",", ":"))
+    own = {ENV_BRIDGE_SERVER, ENV_BRIDGE_TOOL, ENV_BRIDGE_IDEMPOTENT} | dropped
     bridge["env"] = [
-        *(
-            var for var in bridge["env"] if var["name"] not in own and var["name"] not in declared
-        ),  # the server's stay its own
+        *(var for var in bridge["env"] if var["name"] not in own),  # the server's Secrets stay its own
         {"name": ENV_BRIDGE_SERVER, "value": target},
-        {"name": ENV_BRIDGE_TOOL, "value": tool.server_tool_name},
-        {"name": ENV_BRIDGE_IDEMPOTENT, "value": "true" if tool.execution.idempotent else "false"},
+        *({"name": name, "value": value} for name, value in bridge_env.items()),
     ]
     bridge["image"] = settings.bridge_image
     bridge["command"] = [*BRIDGE_COMMAND, *args]
@@ -194,11 +218,11 @@ def build_server_job(
     ]
     init: list[dict[str, Any]] = []
     volumes = [*pod["volumes"], {"name": SERVER_TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
-    if tool.server.manifest.transport is Transport.STDIO:
+    if server.manifest.transport is Transport.STDIO:
         init.append(fifo_container(settings.bridge_image))
         volumes.append({"name": FIFO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
         bridge["volumeMounts"].append({"name": FIFO_VOLUME, "mountPath": FIFO_DIR})
-    init.append(server)
+        bridge["workingDir"] = FIFO_DIR  # the relay names the FIFOs relative to it
+    init.append(sidecar)
     pod["initContainers"] = init
     pod["volumes"] = volumes
-    return job

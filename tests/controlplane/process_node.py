@@ -29,6 +29,11 @@ kubelet would, so the Job, ReplicaSet and Deployment controllers work on its pod
 - **Probes**: an `httpGet` readiness probe is run against the pod's address (`scheme: HTTPS` without a
   certificate check, as a kubelet does); the pod is Ready only
   while it passes (so a rollout waits for it, and endpoints follow it). Liveness probes are not run.
+- **Init containers** run in order before the pod's container, each to completion (a non-zero exit fails
+  the pod); a native sidecar (an init container with `restartPolicy: Always`) runs in the background from
+  when its `tcpSocket` startup probe passes (against 127.0.0.1) until the pod's container ended, then gets
+  SIGTERM (it is not restarted when it exits early). The containers of a pod share its `emptyDir` folders,
+  so FIFOs there join them as in a real pod. Only the first container of `containers` runs.
 - **Restarts**: with `restartPolicy: Always` (Deployments) an exited container is started again after a
   back-off (1 s doubling to 30 s) and `restartCount` grows; with `Never` (our Jobs) the pod ends.
 
@@ -246,6 +251,7 @@ class RunningPod:
     ready: bool = False
     restarts: int = 0
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    sidecars: list[asyncio.subprocess.Process] = field(default_factory=list)
 
 
 class ProcessNode:
@@ -393,29 +399,13 @@ class ProcessNode:
                 return
             running.ip = self.pod_addresses.take()
             folder = Path(tempfile.mkdtemp(prefix=f"{meta['name']}-", dir=self.workdir))
-            mounts = await self._volumes(meta, spec, container, folder)
-            env = await self._environment(meta, spec, container, running, folder)
             running.output = folder / "output.log"
             running.message_file = folder / "termination-log"
             running.fallback_to_logs = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-            env["MCPTASKS_TERMINATION_MESSAGE_PATH"] = str(running.message_file)
-            project = bool(PROJECT_IMAGE.match(running.image))
-            if project:
-                mounts = [*mounts, (IMAGE_WORKDIR, str(REPO))]
-            declared_argv = [*container.get("command", []), *container.get("args", [])]
-            declared = {item["name"] for item in container.get("env", [])}
-            rewrite = await self._rewriter(
-                meta["namespace"], running, mounts, [*declared_argv, *(env.get(name, "") for name in declared)]
-            )
-            # only what the pod declares is seen from inside the pod; the node's own values stay as they are
-            argv = [rewrite(arg) for arg in declared_argv]
-            env = {name: rewrite(value) if name in declared else value for name, value in env.items()}
-            if project and not container.get("command"):
-                argv = [sys.executable, "-m", "mcp_tasks.cli", *argv]  # the image's entrypoint, `mcptasks`
-            if argv and argv[0] in ("python", "python3"):
-                argv[0] = sys.executable  # this machine's interpreter stands in for the image's
-            workdir = container.get("workingDir") or (IMAGE_WORKDIR if project else "")
-            cwd = rewrite(workdir) if workdir else None
+            if not await self._init_containers(meta, spec, running, folder):
+                return
+            extra = {"MCPTASKS_TERMINATION_MESSAGE_PATH": str(running.message_file)}
+            argv, env, cwd = await self._command(meta, spec, container, running, folder, extra)
             probe = (container.get("readinessProbe") or {}).get("httpGet")
             policy = spec.get("restartPolicy", "Always")
             delay = 1.0
@@ -451,6 +441,7 @@ class ProcessNode:
                 delay = min(delay * 2, RESTART_BACKOFF_MAX_S)
                 if running.stopping:
                     break
+            await self._stop_sidecars(running)
             await self._report_exit(running, code)
         except (OSError, ValueError) as exc:
             logger.warning("pod %s/%s cannot start: %s", *key, exc)
@@ -458,7 +449,88 @@ class ProcessNode:
         except ApiException as exc:
             logger.warning("pod %s/%s: API error %s", *key, exc.status)
         finally:
+            await self._stop_sidecars(running)
             running.finished.set()
+
+    async def _command(
+        self,
+        meta: dict[str, Any],
+        spec: dict[str, Any],
+        container: dict[str, Any],
+        running: RunningPod,
+        folder: Path,
+        extra: dict[str, str],
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """The local argv, environment and working directory of one of the pod's containers."""
+        mounts = await self._volumes(meta, spec, container, folder)
+        env = {**await self._environment(meta, spec, container, running, folder), **extra}
+        project = bool(PROJECT_IMAGE.match(container.get("image", "")))
+        if project:
+            mounts = [*mounts, (IMAGE_WORKDIR, str(REPO))]
+        declared_argv = [*container.get("command", []), *container.get("args", [])]
+        declared = {item["name"] for item in container.get("env", [])}
+        rewrite = await self._rewriter(
+            meta["namespace"], running, mounts, [*declared_argv, *(env.get(name, "") for name in declared)]
+        )
+        # only what the pod declares is seen from inside the pod; the node's own values stay as they are
+        argv = [rewrite(arg) for arg in declared_argv]
+        env = {name: rewrite(value) if name in declared else value for name, value in env.items()}
+        if project and not container.get("command"):
+            argv = [sys.executable, "-m", "mcp_tasks.cli", *argv]  # the image's entrypoint, `mcptasks`
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # this machine's interpreter stands in for the image's
+        workdir = container.get("workingDir") or (IMAGE_WORKDIR if project else "")
+        return argv, env, rewrite(workdir) if workdir else None
+
+    async def _init_containers(
+        self, meta: dict[str, Any], spec: dict[str, Any], running: RunningPod, folder: Path
+    ) -> bool:
+        """Run the pod's init containers in order, as a kubelet does: each to completion, but a native sidecar
+        (`restartPolicy: Always`) in the background until the pod's container ends, after its `tcpSocket`
+        startup probe passes (against 127.0.0.1: the pod's containers share one network). False (the pod
+        reported Failed) when one fails."""
+        for init in spec.get("initContainers", []):
+            argv, env, cwd = await self._command(meta, spec, init, running, folder, {})
+            with (folder / f"{init['name']}.log").open("ab") as output:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output,
+                    start_new_session=True,
+                )  # fmt: skip
+            if init.get("restartPolicy") != "Always":
+                code = await process.wait()
+                if code != 0:
+                    await self._report_exit(running, code, f"init container {init['name']} exited with {code}")
+                    return False
+                continue
+            running.sidecars.append(process)
+            probe = (init.get("startupProbe") or {}).get("tcpSocket")
+            if probe is None:
+                continue
+            attempts = int(init["startupProbe"].get("failureThreshold", 3))
+            for _ in range(attempts):
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", int(probe["port"]))
+                except OSError:
+                    if process.returncode is not None:
+                        break
+                    await kubelet_wait(float(init["startupProbe"].get("periodSeconds", 10)))
+                    continue
+                writer.close()
+                break
+        return True
+
+    async def _stop_sidecars(self, running: RunningPod) -> None:
+        """Stop the native sidecars once the pod's container ended: SIGTERM, then SIGKILL after 5 s."""
+        for process in running.sidecars:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in running.sidecars:
+            try:
+                await asyncio.wait_for(process.wait(), timeout=5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
 
     async def _report_running(self, running: RunningPod) -> None:
         with contextlib.suppress(ApiException):
@@ -738,6 +810,7 @@ class ProcessNode:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if process is not None:
                 os.killpg(process.pid, signal.SIGKILL)  # what the container runtime does to the rest of the group
+        await self._stop_sidecars(running)
         await self._delete_now(running.namespace, running.name)
 
     async def _delete_now(self, namespace: str, name: str) -> None:
@@ -750,9 +823,10 @@ class ProcessNode:
     async def aclose(self) -> None:
         """Kill every process (as a node shutting down would)."""
         for running in self.pods.values():
-            if running.process is not None and running.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(running.process.pid, signal.SIGKILL)
+            for process in [running.process, *running.sidecars]:
+                if process is not None and process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

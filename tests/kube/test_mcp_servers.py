@@ -10,6 +10,7 @@ import subprocess
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
@@ -19,7 +20,8 @@ from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
 from tests.controlplane.cluster import ControlPlane
-from tests.kube.conftest import until
+from tests.kube.conftest import Gateways, Operators, client, until
+from tests.mcp_servers import time_command
 
 EVERYTHING: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -199,3 +201,62 @@ def test_the_api_server_accepts_the_per_call_job_with_its_native_sidecar(
         pod = created["spec"]["template"]["spec"]
         assert pod["initContainers"][-1]["restartPolicy"] == "Always", transport
         assert [c["name"] for c in pod["containers"]] == ["tool"]
+
+
+BRIDGE_IMAGE = "localhost/mcp-tasks/mcp-tasks:dev"
+"""The project's image, as the process node knows it (`python` is this machine's, with mcp_tasks)."""
+
+
+def server_status(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(plane.kubectl("get", "-n", namespace, f"mcpserver/{name}", "-o", "json"))
+    return found.get("status") or {}
+
+
+def condition(status: dict[str, Any], kind: str) -> str | None:
+    return next((c["status"] for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+async def test_a_stdio_server_is_discovered_in_a_pod_and_its_tool_runs_per_call_as_a_job(
+    control_plane: ControlPlane,
+    namespace: str,
+    operators: Operators,
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """mcp-server-time (PyPI, stdio, nobody here wrote it): discovery runs in a Job of the call's shape (the
+    server as a native sidecar behind FIFOs, the bridge reporting to the worker API with its pod's token), the
+    status shows what it listed, and `get_current_time` runs as a task in a Job of its own."""
+    command = time_command()
+    operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    time_server = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "time"},
+        "spec": {
+            "transport": "stdio",
+            "container": {"image": "registry.example/mcp/time:2026.10.19", "command": command},
+        },
+    }
+    _apply(control_plane, namespace, time_server)
+    status = await until(
+        lambda: (s := server_status(control_plane, namespace, "time")) and condition(s, "Ready") == "True" and s,
+        timeout_s=90,
+    )
+    assert condition(status, "Discovered") == "True" and status["observedGeneration"] == 1
+    assert status["serverInfo"]["name"] == "mcp-time" and status["protocolVersion"]
+    assert {tool["name"] for tool in status["tools"]} >= {"get_current_time", "convert_time"}
+    assert status["toolCount"] == len(status["tools"]) and "lastError" not in status
+    table = control_plane.kubectl("get", "-n", namespace, "mcpservers").splitlines()
+    assert table[1].split()[:4] == ["time", "stdio", str(status["toolCount"]), "True"], table
+    mcp = client(http_session, await gateways.start())
+    task_id = await mcp.start_task("get_current_time", {"timezone": "Europe/Paris"})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=90)
+    assert done["status"] == "completed" and not done["result"].get("isError"), done
+    assert "Europe/Paris" in done["result"]["content"][0]["text"]
+    jobs = json.loads(
+        control_plane.kubectl("get", "-n", namespace, "jobs", "-l", f"mcptasks.io/task-id={task_id}", "-o", "json")
+    )["items"]
+    (job,) = jobs
+    pod = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fifos", "server"]
+    assert pod["initContainers"][1]["image"] == "registry.example/mcp/time:2026.10.19"

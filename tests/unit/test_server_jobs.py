@@ -53,6 +53,7 @@ def pod_of(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_stdio_call_runs_the_server_image_unmodified_beside_the_bridge_through_fifos() -> None:
+    declared = ["mcp-server-everything", "stdio"]
     job = build_server_job(TASK, server_tool(), SETTINGS)
     assert job["metadata"]["name"] == "mcptask-" + "b" * 32 and job["spec"]["backoffLimit"] > 0  # readOnlyHint
     pod = pod_of(job)
@@ -60,7 +61,9 @@ def test_a_stdio_call_runs_the_server_image_unmodified_beside_the_bridge_through
     (bridge,) = pod["containers"]
     assert server["restartPolicy"] == "Always"  # a native sidecar: the Job completes when the bridge exits
     assert server["image"] == "registry.example/node/server-everything:2026.8.31"  # nothing installed in it
-    assert server["command"] == ["sh", "-c", SERVER_REDIRECT, "mcp-server-everything", "mcp-server-everything", "stdio"]
+    fifo_in, fifo_out = "/run/mcp-server/in", "/run/mcp-server/out"
+    assert server["command"] == ["sh", "-c", SERVER_REDIRECT, "mcp-server-everything", fifo_in, fifo_out, *declared]
+    assert bridge["workingDir"] == "/run/mcp-server"  # where the relay finds the FIFOs
     assert fifos["image"] == bridge["image"] == "registry.example/mcp-tasks:1"
     assert bridge["command"] == ["python", "-m", "mcp_tasks.bridge"]
     target = json.loads(next(v["value"] for v in bridge["env"] if v["name"] == "MCPTASKS_BRIDGE_SERVER"))
@@ -106,11 +109,10 @@ def test_the_two_scripts_join_a_stdio_server_to_its_bridge_through_fifos(tmp_pat
     fifo_dir.mkdir()
     for name in ("in", "out"):
         subprocess.run(["mkfifo", "-m", "0600", str(fifo_dir / name)], check=True)
-    server_script = SERVER_REDIRECT.replace("/run/mcp-server", str(fifo_dir))
-    relay_script = BRIDGE_RELAY.replace("/run/mcp-server", str(fifo_dir))
     # an "unmodified server": answers each line with a line, exits at end of input
-    server = subprocess.Popen(["sh", "-c", server_script, "sed", "sed", "-u", "s/ping/pong/"])
-    relay = subprocess.Popen(["sh", "-c", relay_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    fifos = [str(fifo_dir / "in"), str(fifo_dir / "out")]
+    server = subprocess.Popen(["sh", "-c", SERVER_REDIRECT, "sed", *fifos, "sed", "-u", "s/ping/pong/"])
+    relay = subprocess.Popen(["sh", "-c", BRIDGE_RELAY], cwd=fifo_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert relay.stdin is not None and relay.stdout is not None
     relay.stdin.write(b'{"jsonrpc":"2.0","method":"ping"}\n')
     relay.stdin.flush()
