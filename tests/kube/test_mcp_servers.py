@@ -19,9 +19,9 @@ from mcp_tasks.operator.server_jobs import build_server_job
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
-from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, until
-from tests.mcp_servers import time_command
+from tests.mcp_servers import everything_command, time_command
 
 EVERYTHING: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -260,3 +260,97 @@ async def test_a_stdio_server_is_discovered_in_a_pod_and_its_tool_runs_per_call_
     pod = job["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["initContainers"]] == ["fifos", "server"]
     assert pod["initContainers"][1]["image"] == "registry.example/mcp/time:2026.10.19"
+
+
+async def test_server_everything_long_operation_elicitation_cancel_and_an_operator_kill_on_kubernetes(
+    control_plane: ControlPlane,
+    namespace: str,
+    operators: Operators,
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """@modelcontextprotocol/server-everything (npm, stdio) per call: the long-running operation shows its
+    progress in `tasks/get` and completes with the server's text although the operator is killed (SIGKILL)
+    mid-operation and another starts; the elicitation goes `input_required` and completes after `tasks/update`;
+    a cancelled long operation ends `cancelled` and its Job and pod go."""
+    first = operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    everything = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "everything"},
+        "spec": {
+            "transport": "stdio",
+            "container": {"image": "registry.example/mcp/everything:2026.8.31", "command": everything_command()},
+            "toolDefaults": {"execution": {"cancelGraceSeconds": 2}},
+        },
+    }
+    _apply(control_plane, namespace, everything)
+    await until(lambda: condition(server_status(control_plane, namespace, "everything"), "Ready") == "True", 90)
+    mcp = client(http_session, await gateways.start())
+
+    long = await mcp.start_task("trigger-long-running-operation", {"duration": 8, "steps": 8})
+    running = await mcp.wait_task(long, lambda t: "of 8" in t.get("statusMessage", ""), timeout_s=60)
+    assert running["status"] == "working"  # the server's notifications/progress, through the bridge
+    operators.kill(first)
+    operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    done = await mcp.wait_status(long, "completed", "failed", timeout_s=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == [
+        {"type": "text", "text": "Long running operation completed. Duration: 8 seconds, Steps: 8."}
+    ]
+    jobs = control_plane.kubectl("get", "-n", namespace, "jobs", "-l", f"mcptasks.io/task-id={long}", "-o", "name")
+    assert len(jobs.split()) == 1, jobs  # the new operator adopted the run: no second Job
+
+    asking = await mcp.start_task("trigger-elicitation-request", {})
+    asked = await mcp.wait_status(asking, "input_required", timeout_s=60)
+    ((key, request),) = asked["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    await mcp.update(asking, {key: {"action": "accept", "content": {"name": "Ada Lovelace", "check": True}}})
+    answered = await mcp.wait_status(asking, "completed", "failed", timeout_s=60)
+    assert "Name: Ada Lovelace" in "".join(block["text"] for block in answered["result"]["content"]), answered
+
+    cancelled = await mcp.start_task("trigger-long-running-operation", {"duration": 60, "steps": 60})
+    await mcp.wait_task(cancelled, lambda t: "of 60" in t.get("statusMessage", ""), timeout_s=60)
+    await mcp.cancel(cancelled)
+    ended = await mcp.wait_status(cancelled, "cancelled", "completed", "failed", timeout_s=60)
+    assert ended["status"] == "cancelled", ended
+    selector = f"mcptasks.io/task-id={cancelled}"
+    await until(lambda: not control_plane.kubectl("get", "-n", namespace, "pods", "-l", selector, "-o", "name"))
+
+
+async def test_a_streamable_http_server_is_reached_on_the_pods_loopback(
+    control_plane: ControlPlane,
+    namespace: str,
+    operators: Operators,
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """server-everything over Streamable HTTP: the sidecar listens on `http.port`, its startup probe holds the
+    bridge back until it does, and discovery and a call reach it at 127.0.0.1 inside the pod."""
+    port = free_port()
+    operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    everything = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "everything-http"},
+        "spec": {
+            "transport": "streamable-http",
+            "http": {"port": port, "path": "/mcp"},
+            "toolNamePrefix": "http-",
+            "container": {
+                "image": "registry.example/mcp/everything:2026.8.31",
+                "command": everything_command("streamableHttp"),
+                "env": [{"name": "PORT", "value": str(port)}],
+            },
+        },
+    }
+    _apply(control_plane, namespace, everything)
+    status = await until(
+        lambda: (s := server_status(control_plane, namespace, "everything-http")) and condition(s, "Ready") == "True"
+        and s,
+        timeout_s=90,
+    )  # fmt: skip
+    assert "http-get-sum" in status["servedTools"]
+    mcp = client(http_session, await gateways.start())
+    summed = await mcp.wait_status(await mcp.start_task("http-get-sum", {"a": 1, "b": 41}), "completed", "failed")
+    assert summed["result"]["content"][0]["text"] == "The sum of 1 and 41 is 42.", summed
