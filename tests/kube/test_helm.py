@@ -74,6 +74,8 @@ def test_the_examples_template_is_generated_from_examples_tools() -> None:
         ("operator.workerPort=70000", "at '/operator/workerPort': maximum: got 70,000, want 65,535"),
         ("gateway.logLevel=LOUD", "at '/gateway/logLevel'"),
         ("gateway.handoffTools.status=task status", "at '/gateway/handoffTools/status': 'task status' does not match"),
+        ("operator.kueue.tenantQueues.a=team a", "at '/operator/kueue/tenantQueues/a': 'team a' does not match"),
+        ("operator.maxRunningTasks=-1", "at '/operator/maxRunningTasks': minimum: got -1, want 0"),
     ],
 )
 def test_a_wrong_value_fails_naming_the_key(control_plane: ControlPlane, setting: str, message: str) -> None:
