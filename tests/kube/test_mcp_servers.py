@@ -354,3 +354,38 @@ async def test_a_streamable_http_server_is_reached_on_the_pods_loopback(
     mcp = client(http_session, await gateways.start())
     summed = await mcp.wait_status(await mcp.start_task("http-get-sum", {"a": 1, "b": 41}), "completed", "failed")
     assert summed["result"]["content"][0]["text"] == "The sum of 1 and 41 is 42.", summed
+
+
+async def test_a_server_that_cannot_start_says_why_and_a_fixed_spec_is_discovered_again(
+    control_plane: ControlPlane,
+    namespace: str,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """A server whose command fails: `Discovered` False with the bridge's reason in `lastError`, `Ready` False,
+    no tool served. The spec fixed (generation 2): discovered again without waiting for the retry interval.
+    A report without a discovery pod's token is refused like an unknown path."""
+    operator = operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    broken = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "time"},
+        "spec": {"container": {"image": "registry.example/mcp/time:1", "command": ["/nonexistent/mcp-server-time"]}},
+    }
+    _apply(control_plane, namespace, broken)
+    status = await until(lambda: (s := server_status(control_plane, namespace, "time")).get("lastError") and s, 90)
+    assert condition(status, "Discovered") == "False" and condition(status, "Ready") == "False"
+    assert "discovery exited with code" in status["lastError"], status["lastError"]
+    assert status.get("toolCount", 0) == 0
+    report = {"result": {"content": [], "structuredContent": {"protocolVersion": "x", "serverInfo": {}, "tools": []}}}
+    url = f"http://127.0.0.1:{operators.port}/v1/discoveries/time/result"
+    for headers in ({}, {"Authorization": "Bearer not-a-pod-token"}):
+        async with http_session.post(url, json=report, headers=headers) as refused:
+            assert refused.status == 404
+    fixed = {**broken, "spec": {"container": {**broken["spec"]["container"], "command": time_command()}}}
+    _apply(control_plane, namespace, fixed)
+    status = await until(
+        lambda: (s := server_status(control_plane, namespace, "time")) and condition(s, "Ready") == "True" and s, 90
+    )
+    assert status["observedGeneration"] == 2 and "lastError" not in status and status["toolCount"] >= 2
+    assert operator.poll() is None
