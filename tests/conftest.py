@@ -25,6 +25,7 @@ from mcp_tasks.gateway.transport import SERVICES_KEY
 from mcp_tasks.protocol import constants
 from mcp_tasks.runner import LocalRunner, RunnerSettings
 from mcp_tasks.store.sqlite import SqliteTaskStore
+from mcp_tasks.tasks import fair_share
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL_DIRS = (REPO / "conformance" / "tools", REPO / "tests" / "tools", REPO / "examples" / "tools")
@@ -82,6 +83,12 @@ async def until(
                 await changed()
             else:
                 await asyncio.sleep(interval_s)  # the suite's one polling wait: used only where no event exists
+
+
+def reported(task: dict[str, Any]) -> bool:
+    """Whether a task's `statusMessage` is its tool's (it runs and reported), not the queue's (`queued: …`)."""
+    message = task.get("statusMessage")
+    return isinstance(message, str) and not message.startswith(fair_share.QUEUED_PREFIX)
 
 
 def server_settings(data_dir: Path, **runner: Any) -> Settings:

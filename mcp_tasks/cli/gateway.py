@@ -32,6 +32,7 @@ from mcp_tasks.cli.serve import (
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
+from mcp_tasks.gateway.rate_limits import TokenBuckets
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.operator import leadership
 from mcp_tasks.runner import LocalRunner
@@ -143,7 +144,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
     catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
     signer = load_warm_call_signer(settings)
     runner = (
-        LocalRunner(store, catalog, artifacts, utc_now, settings.runner, warm_call_signer=signer)
+        LocalRunner(
+            store, catalog, artifacts, utc_now, settings.runner, warm_call_signer=signer, limits=settings.limits
+        )
         if kube.runner == "local"
         else None
     )
@@ -158,7 +161,14 @@ async def build_gateway_app(settings: Settings) -> web.Application:
             hidden_tasks, catalog.warm_endpoints, channel, signer, warm_peer_tls(settings)
         )
     services = Services(
-        store=store, catalog=catalog, artifacts=artifacts, executor=executor, clock=utc_now, settings=gateway_settings
+        store=store,
+        catalog=catalog,
+        artifacts=artifacts,
+        executor=executor,
+        clock=utc_now,
+        settings=gateway_settings,
+        limits=settings.limits,
+        rate_limits=TokenBuckets(settings.limits.rate_limit_max_keys),
     )
     reviews = TokenReviews(cluster.api_client) if settings.auth.service_account_tokens else None
     authenticator = authenticator_for(settings, reviews)

@@ -24,6 +24,7 @@ from mcp_tasks.cli.settings import Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.gateway import MCP_PATH, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.identity.gate import Gate, TokenReviewer
+from mcp_tasks.gateway.rate_limits import TokenBuckets
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.manifests import FileToolCatalog
@@ -136,9 +137,17 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
         state_dir=data_dir,
         worker_key=load_key(data_dir, "worker.key"),
         warm_call_signer=load_warm_call_signer(settings),
+        limits=settings.limits,
     )
     services = Services(
-        store=store, catalog=catalog, artifacts=artifacts, executor=runner, clock=utc_now, settings=gateway_settings
+        store=store,
+        catalog=catalog,
+        artifacts=artifacts,
+        executor=runner,
+        clock=utc_now,
+        settings=gateway_settings,
+        limits=settings.limits,
+        rate_limits=TokenBuckets(settings.limits.rate_limit_max_keys),
     )
     authenticator = authenticator_for(settings)
 

@@ -17,12 +17,14 @@ from aiohttp import web
 
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.legacy_sessions import LiveCalls
+from mcp_tasks.gateway.rate_limits import PollPace, TokenBuckets
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.protocol.headers import RequestEnvelope
 from mcp_tasks.protocol.jsonrpc import Message
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, ProgressSink, TaskStore, ToolCatalog, ToolExecutor
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.tasks.owner import Owner
 
 
@@ -41,6 +43,12 @@ class Services:
     clock: Clock
     settings: GatewaySettings
     live_calls: LiveCalls = field(default_factory=LiveCalls)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    """Quotas and rates of task creation (`tool_calls.admit_creation`); the executor applies the running budgets."""
+    rate_limits: TokenBuckets = field(default_factory=lambda: TokenBuckets(LimitSettings().rate_limit_max_keys))
+    """This replica's token buckets of task creation (sized by `limits.rate_limit_max_keys` at composition)."""
+    poll_pace: PollPace = field(default_factory=PollPace)
+    """When each task was last read here (`mcptasks_fast_polls_total`)."""
 
 
 class Era(StrEnum):

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable
 
 from mcp_tasks.gateway.context import RequestContext
+from mcp_tasks.observability import metrics
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.errors import JsonObject
-from mcp_tasks.protocol.models import GetTaskResult, TaskRequestParams, UpdateTaskRequestParams
-from mcp_tasks.tasks import transitions
-from mcp_tasks.tasks.interfaces import Writer, transact
+from mcp_tasks.protocol.models import GetTaskResult, TaskRequestParams, TaskStatus, UpdateTaskRequestParams
+from mcp_tasks.tasks import fair_share, transitions
+from mcp_tasks.tasks.interfaces import FairQueue, Writer, transact
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.gateway")
@@ -39,10 +40,26 @@ async def get_task(ctx: RequestContext, params: TaskRequestParams) -> JsonObject
     Raises:
         TaskNotFound: the task is not this owner's, expired or unknown (-32602, one answer for all three).
     """
-    record = await ctx.services.store.get(params.task_id, ctx.owner)
+    services = ctx.services
+    record = await services.store.get(params.task_id, ctx.owner)
+    if services.poll_pace.too_soon(record.task_id, record.poll_interval_ms):
+        metrics.FAST_POLLS.labels(metrics.tenant_label(ctx.owner.tenant, services.limits.metrics_tenants)).inc()
     task = render_task(ctx, record)
     task["resultType"] = GetTaskResult.model_fields["result_type"].default
+    if record.lease is None and record.status is TaskStatus.WORKING and isinstance(services.store, FairQueue):
+        task["statusMessage"] = await _queued_message(services.store, record)
     return ctx.complete(task)
+
+
+async def _queued_message(store: FairQueue, record: TaskRecord) -> str:
+    """The `statusMessage` of a task waiting for a slot, computed on read (`fair_share.queued_message`).
+
+    Computed here, not written by the executor: a message kept current in the store would cost a write
+    per queued task at every claim. One count in the store's index of the tenant's queued tasks, up to
+    `fair_share.AHEAD_COUNTED_MAX`; nothing about other tenants.
+    """
+    ahead = await store.queued_ahead(record, fair_share.AHEAD_COUNTED_MAX)
+    return fair_share.queued_message(ahead)
 
 
 async def _client_write(

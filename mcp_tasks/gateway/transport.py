@@ -44,6 +44,7 @@ from mcp_tasks.protocol.errors import (
     ParseError,
     ProtocolError,
     ServiceUnavailable,
+    TooManyRequests,
 )
 from mcp_tasks.protocol.headers import RequestEnvelope, refuse_repeated, validate_envelope
 from mcp_tasks.protocol.jsonrpc import (
@@ -60,6 +61,7 @@ from mcp_tasks.protocol.jsonrpc import (
 from mcp_tasks.tasks.errors import (
     InputCapabilityMissing,
     InvalidInputResponse,
+    LimitReached,
     StoreUnavailable,
     TaskError,
     TaskNotFound,
@@ -235,6 +237,11 @@ def _capability_missing(exc: TaskError) -> ProtocolError:
     )
 
 
+def _limit_reached(exc: TaskError) -> ProtocolError:
+    reached = cast(LimitReached, exc)  # `_DOMAIN_ERRORS` calls this for that class only
+    return TooManyRequests(str(reached), reached.limit, reached.maximum, reached.retry_after_ms)
+
+
 _DOMAIN_ERRORS: Final[dict[type[TaskError], Callable[[TaskError], ProtocolError]]] = {
     TaskNotFound: lambda exc: InvalidParams("Failed to retrieve task: Task not found"),
     InvalidInputResponse: lambda exc: InvalidParams(f"Invalid params: {exc}"),
@@ -242,6 +249,7 @@ _DOMAIN_ERRORS: Final[dict[type[TaskError], Callable[[TaskError], ProtocolError]
     UnstorableValue: lambda exc: InvalidParams(f"Invalid params: {exc}"),
     VersionConflict: lambda exc: ServiceUnavailable("The task is being changed concurrently; retry the request"),
     StoreUnavailable: lambda exc: ServiceUnavailable(f"The task store is unavailable ({exc}); retry the request"),
+    LimitReached: _limit_reached,
 }
 """Domain error → JSON-RPC error (CONVENTIONS.md §Errors): a foreign task is the same -32602 as a missing one.
 
@@ -312,10 +320,13 @@ async def _receive(request: web.Request, settings: GatewaySettings) -> bytes | w
 
 
 def _refusal(request_id: RequestId | None, error: ProtocolError) -> web.Response:
-    """A JSON-RPC error as the modern era answers it: its own HTTP status, `Retry-After` on a 503."""
+    """A JSON-RPC error as the modern era answers it: its own HTTP status, `Retry-After` on a 503 and on a
+    429 that knows when a retry may succeed.
+    """
     response = _error(request_id, error)
-    if isinstance(error, ServiceUnavailable):
-        response.headers["Retry-After"] = str(error.retry_after_s)
+    retry_after_s = error.retry_after_s if isinstance(error, (ServiceUnavailable, TooManyRequests)) else None
+    if retry_after_s is not None:
+        response.headers["Retry-After"] = str(retry_after_s)
     return response
 
 

@@ -8,7 +8,8 @@ never swept), and a family recorded outside its roles is simply not exported.
 
 Conventions: counters end in `_total`, durations are `_seconds`, base units only. Label values are
 bounded: a method outside the served set is `other`, tools are the declared tool names, statuses the
-five task statuses; never a task id, never a tenant.
+five task statuses; never a task id, and a tenant only when the operator listed it
+(`MCPTASKS_METRICS_TENANTS`; every other tenant is `other`).
 
 Every family, its labels and meaning are listed in `docs/operations.md` §Metrics.
 """
@@ -123,6 +124,33 @@ STORE_CONFLICTS: Final = Counter(
     "mcptasks_store_conflicts_total", "Compare-and-swap conflicts", ["store"], registry=None
 )
 
+TASKS_QUEUED: Final = Gauge(
+    "mcptasks_tasks_queued",
+    "Unfinished tasks waiting for a slot (never run yet), by tenant: a listed tenant (MCPTASKS_METRICS_TENANTS) "
+    "or other",
+    ["tenant"],
+    registry=None,
+)
+TASKS_RUNNING: Final = Gauge(
+    "mcptasks_tasks_running",
+    "Unfinished tasks under a worker lease (running, or waiting for input on a run), by tenant (listed or other)",
+    ["tenant"],
+    registry=None,
+)
+LIMIT_REFUSALS: Final = Counter(
+    "mcptasks_limit_refusals_total",
+    "Requests refused by a limit (the setting's name: max_unfinished_per_principal, task_create_rate_per_principal, "
+    "task_create_rate_per_tenant, max_running_per_tenant, max_running_per_principal), by tenant (listed or other)",
+    ["limit", "tenant"],
+    registry=None,
+)
+FAST_POLLS: Final = Counter(
+    "mcptasks_fast_polls_total",
+    "tasks/get reads of a task sooner than its pollIntervalMs after the previous read on this replica (served)",
+    ["tenant"],
+    registry=None,
+)
+
 OPERATOR_LEADER: Final = Gauge(
     "mcptasks_operator_leader",
     "1 while this operator replica holds the leader Lease and reconciles, else 0 (a standby)",
@@ -145,6 +173,9 @@ _EVERY_ROLE: Final[tuple[MetricWrapperBase, ...]] = (
 )
 _EXECUTOR: Final[tuple[MetricWrapperBase, ...]] = (
     TASKS,
+    TASKS_QUEUED,
+    TASKS_RUNNING,
+    LIMIT_REFUSALS,
     OLDEST_UNFINISHED,
     SWEEP_TIMESTAMP,
     RUNS_STARTED,
@@ -152,7 +183,7 @@ _EXECUTOR: Final[tuple[MetricWrapperBase, ...]] = (
     WORKER_API,
 )
 _ROLE_FAMILIES: Final[dict[Role, tuple[MetricWrapperBase, ...]]] = {
-    "gateway": (REQUESTS, REQUEST_SECONDS, AUTH_REFUSALS, OPEN_STREAMS, WARM_CALLS),
+    "gateway": (REQUESTS, REQUEST_SECONDS, AUTH_REFUSALS, OPEN_STREAMS, WARM_CALLS, LIMIT_REFUSALS, FAST_POLLS),
     "runner": (*_EXECUTOR, WARM_WORKER_STARTS),
     "operator": (
         *_EXECUTOR,
@@ -212,6 +243,29 @@ def swept(unfinished: Unfinished, now: datetime) -> None:
     oldest = unfinished.oldest_created_at
     OLDEST_UNFINISHED.set(0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
     SWEEP_TIMESTAMP.set(now.timestamp())
+
+
+OTHER_TENANTS: Final = "other"
+"""The `tenant` label of every tenant not listed in `MCPTASKS_METRICS_TENANTS` (labels stay bounded)."""
+
+
+def tenant_label(tenant: str, listed: frozenset[str]) -> str:
+    """`tenant` when the operator listed it for labels, else `other`."""
+    return tenant if tenant in listed else OTHER_TENANTS
+
+
+def tenants_counted(counts: dict[str, tuple[int, int]], listed: frozenset[str]) -> None:
+    """Set `mcptasks_tasks_queued` and `mcptasks_tasks_running` from tenant → (queued, running); each listed
+    tenant and `other` always have a value (0 when none).
+    """
+    totals: dict[str, list[int]] = {label: [0, 0] for label in (*listed, OTHER_TENANTS)}
+    for tenant, (queued, running) in counts.items():
+        total = totals[tenant_label(tenant, listed)]
+        total[0] += queued
+        total[1] += running
+    for label, (queued, running) in totals.items():
+        TASKS_QUEUED.labels(label).set(queued)
+        TASKS_RUNNING.labels(label).set(running)
 
 
 def timed(store: str, operation: str) -> Callable[[], None]:

@@ -89,6 +89,35 @@ class ServiceUnavailable(InternalError):
         return 503
 
 
+class TooManyRequests(InternalError):
+    """-32603 with HTTP 429: a limit of this installation refuses the request (docs/fair-share.md).
+
+    `data` = `{limit, maximum, retryAfterMs?}`: the setting that refuses (`max_unfinished_per_principal`,
+    `task_create_rate_per_principal`, ...), its value for the caller, and when a retry may succeed in
+    milliseconds (also `Retry-After`, in whole seconds rounded up); no `retryAfterMs` when only the
+    caller can make room (finishing or cancelling its tasks). -32603 because the spec reserves -32020 to
+    -32099 for itself and asks new servers not to use -32000 to -32019; the HTTP status and `data.limit`
+    say what happened, as `ServiceUnavailable` does with 503.
+    """
+
+    def __init__(self, message: str, limit: str, maximum: float, retry_after_ms: int | None = None) -> None:
+        data: JsonObject = {"limit": limit, "maximum": maximum}
+        if retry_after_ms is not None:
+            data["retryAfterMs"] = retry_after_ms
+        super().__init__(message, data)
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def retry_after_s(self) -> int | None:
+        """`Retry-After` in whole seconds (at least 1), or `None` without a known time."""
+        return None if self.retry_after_ms is None else max(1, -(-self.retry_after_ms // 1000))
+
+    @property
+    def http_status(self) -> int:
+        """Always 429 (RFC 6585 §4)."""
+        return 429
+
+
 class HeaderMismatch(ProtocolError):
     """-32020 (HTTP 400): a required header is missing, malformed, or disagrees with the body (SEP-2243)."""
 

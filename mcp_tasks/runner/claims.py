@@ -10,6 +10,16 @@ Which tasks are looked at (`runnable`) and a last check before a claim (`admit`)
 embedded runner claims every task of its store; the operator's warm-task runner only warm tools' tasks
 that no Job runs.
 
+**Fair share** (`tasks.fair_share`, docs/fair-share.md). With the default `runnable` and a store that
+answers from its indexes (`interfaces.FairQueue`, the SQLite store), a query pass takes, in this order:
+tasks whose holder is gone (`lapsed`: they ran before, the restart rules apply to them first), then the
+free slots' worth of queued tasks chosen by `fair_share.pick` from each waiting principal's oldest ones
+(`queued_heads`), with the runs counted in the store (`running_usage`: every holder's live leases, so the
+counts hold across restarts and processes sharing the file) plus this process's synchronous calls. Four
+indexed reads per pass, O(running + principals waiting x free slots), never a walk of the queue.
+`statusMessage` of a queued task is computed on read by the gateway; the claim path writes nothing to the
+tasks it leaves.
+
 A pass claims in a batch: the fresh tasks of a pass are claimed concurrently, so a store that groups
 concurrent writes into one commit (the SQLite store) takes them with one fsync. With the default
 `runnable`, a pass claims the records the store hands over (`RunnableFeed.take_runnable`: tasks this
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -30,8 +41,9 @@ from mcp_tasks.observability.logs import task_context
 from mcp_tasks.runner.adoption import Adoption
 from mcp_tasks.runner.context import RunContext
 from mcp_tasks.runner.supervision import Supervisor
-from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks import fair_share, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, StoreUnavailable, TaskNotFound, VersionConflict
+from mcp_tasks.tasks.interfaces import FairQueue
 from mcp_tasks.tasks.record import TaskRecord
 
 logger = logging.getLogger("mcp_tasks.runner")
@@ -79,6 +91,7 @@ class Claimer:
         self._admit = admit
         store = ctx.store
         self._created = store if runnable is None and isinstance(store, RunnableFeed) else None
+        self._fair = store if runnable is None and isinstance(store, FairQueue) else None
         self._query = True  # the next pass must query: at start, tasks may be waiting from before
 
     async def loop(self) -> None:
@@ -121,7 +134,9 @@ class Claimer:
         if capacity <= 0:
             return
         records = self._handed_over(capacity)
-        if records is None:
+        if records is None and self._fair is not None:
+            records, self._query = await self._fair_share(self._fair, capacity)
+        elif records is None:
             records = await self._runnable(capacity)
             self._query = len(records) >= capacity  # there may be more than there was room for
         records = [record for record in records if record.task_id not in ctx.supervisors]
@@ -133,15 +148,38 @@ class Claimer:
             if record.lease is not None or record.cancel_requested_at is not None:
                 await self._claim_one(record)
 
+    async def _fair_share(self, store: FairQueue, capacity: int) -> tuple[list[TaskRecord], bool]:
+        """Up to `capacity` tasks to claim, by the fair-share rule (module docstring), and whether more may
+        be waiting (then the next pass queries again).
+        """
+        ctx = self.ctx
+        now = ctx.clock()
+        lapsed = await store.lapsed(now, capacity)
+        slots = capacity - len(lapsed)
+        if slots <= 0:
+            return lapsed, True
+        heads = await store.queued_heads(slots)
+        if not heads:
+            return lapsed, False
+        usage = fair_share.Usage.counted(await store.running_usage(now))
+        if ctx.inline_owners:
+            usage = usage.plus(fair_share.Usage.of(ctx.inline_owners.elements()))
+        picked = fair_share.pick(heads, usage, ctx.limits, slots)
+        records = await store.queued_records([task.task_id for task in picked])
+        per_principal = Counter(task.owner for task in heads)
+        more = len(heads) > len(picked) or len(records) < len(picked) or max(per_principal.values()) >= slots
+        return lapsed + records, more  # a principal that filled its `slots` heads may have more waiting
+
     def _handed_over(self, capacity: int) -> list[TaskRecord] | None:
         """The tasks this process made runnable since the last pass (the latest record of each), when they
-        are all there is to claim; else `None` (query the store).
+        are all there is to claim and all fit; else `None` (query the store). With running budgets set they
+        are never handed over: a budget is counted in the store.
         """
         if self._created is None:
             return None
         handed = self._created.take_runnable()
         latest = {record.task_id: record for record in handed or ()}
-        if self._query or handed is None or len(latest) > capacity:
+        if self._query or handed is None or len(latest) > capacity or self.ctx.limits.limits_running:
             self._query = True
             return None
         now = self.ctx.clock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +22,8 @@ from mcp_tasks.runner.settings import RunnerSettings
 from mcp_tasks.runner.tokens import WorkerTokens
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound
 from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, TaskStore, ToolCatalog, Writer, transact
+from mcp_tasks.tasks.limits import LimitSettings
+from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.worker.channel import Transition, WorkerChannel
 from mcp_tasks.worker.executions import Execution, ExecutionTable
@@ -51,6 +54,9 @@ class RunContext:
         executions: the runs the worker API can find now.
         supervisors: task id → the asyncio task supervising its run.
         in_rounds: supervised synchronous runs parked for input rounds (not counted as task runs).
+        limits: the running budgets and weights the claim path shares slots by (`tasks.fair_share`).
+        inline_owners: principal → synchronous runs of this executor running now (they count against
+            the same running budgets as task runs; a promoted run is counted by its hidden task's lease).
         capacity_freed: set when a supervisor ends (wakes the claim loop).
         closing: the executor is stopping (a synchronous run that asks for input is stopped, not handed over).
         base_url: the worker API's executions URL the tools call (`…/v1/executions`).
@@ -71,6 +77,8 @@ class RunContext:
     executions: ExecutionTable = field(default_factory=ExecutionTable)
     supervisors: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     in_rounds: set[str] = field(default_factory=set)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    inline_owners: Counter[Owner] = field(default_factory=Counter)
     capacity_freed: asyncio.Event = field(default_factory=asyncio.Event)
     closing: bool = False
     base_url: str = ""

@@ -40,7 +40,8 @@ from mcp_tasks.runner.synchronous import SynchronousRuns
 from mcp_tasks.runner.tokens import WorkerTokens
 from mcp_tasks.runner.warm_pool import WarmPool, WarmWorkers
 from mcp_tasks.tasks.errors import StoreUnavailable
-from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, InlineCall, TaskStore, ToolCatalog
+from mcp_tasks.tasks.interfaces import ArtifactStore, Clock, FairQueue, InlineCall, TaskStore, ToolCatalog
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker import warm_auth
 from mcp_tasks.worker.api import create_worker_app
@@ -75,6 +76,8 @@ class LocalRunner:
     persisted `worker_key` (the tools' tokens are derived from it); without them runs are not adoptable.
     Warm calls carry credentials minted by `warm_call_signer` (its public key goes to the warm workers it
     starts); a restarted runner re-attaches to a crashed one's warm calls only with the same key.
+    `limits` are the running budgets and weights its claims and synchronous runs share slots by
+    (`tasks.fair_share`; default: none, equal weights).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class LocalRunner:
         state_dir: Path | None = None,
         worker_key: bytes | None = None,
         warm_call_signer: WarmCallSigner | None = None,
+        limits: LimitSettings | None = None,
     ) -> None:
         # Where runs survive this process: the worker port (tools keep calling it) and each run's stderr
         # file; with the persisted worker key (tokens a restarted runner can verify) runs are adoptable.
@@ -107,6 +111,7 @@ class LocalRunner:
             runs_dir,
             adoptable=state_dir is not None,
             outcomes=KeptOutcomes(state_dir / "outcomes") if state_dir is not None else None,
+            limits=limits or LimitSettings(),
         )
         self.pools = WarmPools(self._new_pool)
         self.runs = Runs(self.ctx, self.pools)
@@ -224,6 +229,8 @@ class LocalRunner:
             if self.ctx.outcomes is not None:
                 await outcomes.discard_settled(self.ctx.outcomes, self.ctx.store)
             metrics.swept(await self.ctx.store.unfinished(), self.ctx.clock())
+            if isinstance(self.ctx.store, FairQueue):
+                metrics.tenants_counted(await self.ctx.store.tenant_counts(), self.ctx.limits.metrics_tenants)
         except StoreUnavailable as exc:
             logger.warning("expiry sweep skipped: task store unavailable (%s)", exc)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Final
 
 from mcp_tasks import aio
 from mcp_tasks.observability import metrics
@@ -18,15 +19,21 @@ from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runner.context import RunContext
 from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
 from mcp_tasks.runner.supervision import Supervisor
-from mcp_tasks.tasks import inline, results, transitions
+from mcp_tasks.tasks import fair_share, inline, results, transitions
+from mcp_tasks.tasks.errors import LimitReached
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
-from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded
+from mcp_tasks.tasks.interfaces import FairQueue, InlineCall, InputNeeded
+from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import ChannelError
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
 logger = logging.getLogger("mcp_tasks.runner")
+
+INLINE_RETRY_AFTER_MS: Final = 1000
+"""`retryAfterMs` of a synchronous call refused by a running budget: when a slot frees is unknown, so a
+second, and the message suggests calling the tool as a task instead."""
 
 
 class SynchronousRuns:
@@ -44,10 +51,59 @@ class SynchronousRuns:
         task under this runner's lease (`_promote`), its process is handed to a supervisor as a claimed
         task's is, and `InputNeeded` names the task so the caller can answer in its next round.
 
+        The run counts against its principal's and tenant's running budgets while it runs, as a task run
+        does (`RunContext.inline_owners`); a call that would exceed one is refused, since a synchronous call
+        cannot wait in the queue.
+
         Raises:
             InputNeeded: the tool asked for input mid-run.
             TimeoutError: it did not finish within `syncTimeoutSeconds`.
+            LimitReached: its principal or tenant is at its running budget (429, `retryAfterMs` 1000).
         """
+        owners = self.ctx.inline_owners
+        owners[call.owner] += 1  # first, so that concurrent calls of one principal see each other
+        try:
+            await self._within_budget(call.owner)
+            return await self._run_inline(call)
+        finally:
+            owners[call.owner] -= 1
+            if owners[call.owner] <= 0:
+                del owners[call.owner]
+
+    async def _within_budget(self, owner: Owner) -> None:
+        """Refuse a synchronous run over its running budget (`fair_share.over_budget`); free without budgets.
+
+        Raises:
+            LimitReached: naming the budget.
+        """
+        ctx = self.ctx
+        store = ctx.store
+        if not ctx.limits.limits_running or not isinstance(store, FairQueue):
+            return
+        others = ctx.inline_owners.copy()
+        others[owner] -= 1  # this run is the one asked about
+        usage = fair_share.Usage.counted(await store.running_usage(ctx.clock())).plus(
+            fair_share.Usage.of(others.elements())
+        )
+        held_by = fair_share.over_budget(owner, usage, ctx.limits)
+        if held_by is None:
+            return
+        limits = ctx.limits.for_tenant(owner.tenant)
+        maximum = (
+            limits.max_running_per_tenant if held_by == "max_running_per_tenant" else limits.max_running_per_principal
+        )
+        metrics.LIMIT_REFUSALS.labels(held_by, metrics.tenant_label(owner.tenant, ctx.limits.metrics_tenants)).inc()
+        whose = "your tenant is" if held_by == "max_running_per_tenant" else "you are"
+        raise LimitReached(
+            f"Not started: {whose} at the limit of {maximum} running tasks ({held_by}); retry later, or call the "
+            "tool with the tasks extension to wait in the queue",
+            held_by,
+            maximum,
+            INLINE_RETRY_AFTER_MS,
+        )
+
+    async def _run_inline(self, call: InlineCall) -> JsonObject:
+        """`run_inline` within its budget."""
         ctx = self.ctx
         tool = call.tool
         # The id its hidden task gets if it asks for input: the run is then attempt 1 of that task, with

@@ -66,3 +66,21 @@ class UnstorableValue(TaskError):
 
 class StoreUnavailable(TaskError):
     """The task store did not answer in time or failed transiently; the request may be retried."""
+
+
+class LimitReached(TaskError):
+    """A limit of `tasks.limits` refuses the request; nothing was stored or started.
+
+    Attributes:
+        limit: the `LimitSettings` field that refuses (`max_unfinished_per_principal`,
+            `task_create_rate_per_principal`, `max_running_per_tenant`, ...).
+        maximum: its value for the caller (after its tenant's override).
+        retry_after_ms: when a retry may succeed, in milliseconds (a rate's next token, a running slot
+            checked again); `None` when only the caller's own action frees room (finishing or cancelling tasks).
+    """
+
+    def __init__(self, message: str, limit: str, maximum: float, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.maximum = maximum
+        self.retry_after_ms = retry_after_ms

@@ -45,6 +45,8 @@ RunningLimit = Literal["max_running_per_tenant", "max_running_per_principal"]
 
 QUEUED_PREFIX: Final = "queued: "
 """How every `statusMessage` of a task waiting for a slot starts (`queued_message`)."""
+AHEAD_COUNTED_MAX: Final = 1000
+"""Most tasks ahead a store counts for `queued_message` (a count is an index range: bounded, so is its cost)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +211,13 @@ def queued_message(tasks_ahead: int, held_by: RunningLimit | None = None) -> str
     Names only the caller's own tenant's tasks and budgets, never another tenant's.
 
     Args:
-        tasks_ahead: `ahead(...)`.
+        tasks_ahead: `ahead(...)`, or a store's count of the same, up to `AHEAD_COUNTED_MAX`.
         held_by: the caller's own running budget it waits for, when that is what holds it.
     """
     if tasks_ahead == 0:
         text = f"{QUEUED_PREFIX}next in line for a slot"
+    elif tasks_ahead >= AHEAD_COUNTED_MAX:
+        text = f"{QUEUED_PREFIX}{AHEAD_COUNTED_MAX} or more of your tenant's tasks ahead"
     else:
         noun = "task" if tasks_ahead == 1 else "tasks"
         text = f"{QUEUED_PREFIX}{tasks_ahead} of your tenant's {noun} ahead"

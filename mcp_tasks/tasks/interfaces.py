@@ -13,10 +13,11 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.errors import VersionConflict
+from mcp_tasks.tasks.fair_share import Queued
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
@@ -138,6 +139,44 @@ class TaskStore(Protocol):
         Observers run on the writer's task once the write is durable; one that raises is logged and does
         not fail the write.
         """
+        ...
+
+
+@runtime_checkable
+class FairQueue(Protocol):
+    """A task store that answers the fair-share questions from indexes (`SqliteTaskStore`): the embedded
+    claim path, the gateway's quota and a queued task's place (`tasks.fair_share`). A store without it gets
+    the oldest-first claim and no quota.
+
+    "Queued" is unfinished and never leased (or reset for a re-run); "leased" is unfinished under a lease.
+    """
+
+    async def running_usage(self, now: datetime) -> list[tuple[Owner, int]]:
+        """`(principal, runs)` of the unfinished tasks under a live lease, any holder."""
+        ...
+
+    async def queued_heads(self, per_principal: int) -> list[Queued]:
+        """The oldest `per_principal` queued tasks of each principal that has any (no order promised)."""
+        ...
+
+    async def lapsed(self, now: datetime, limit: int) -> list[TaskRecord]:
+        """Unfinished tasks whose lease expired (their holder is gone), oldest first, at most `limit`."""
+        ...
+
+    async def queued_records(self, task_ids: Sequence[str]) -> list[TaskRecord]:
+        """The records of `task_ids` that are still queued, in the order given."""
+        ...
+
+    async def unfinished_of(self, owner: Owner, at_most: int) -> int:
+        """The unfinished tasks `owner` holds, counted up to `at_most`."""
+        ...
+
+    async def queued_ahead(self, record: TaskRecord, at_most: int) -> int:
+        """The queued tasks of `record`'s tenant created before it, counted up to `at_most`."""
+        ...
+
+    async def tenant_counts(self) -> dict[str, tuple[int, int]]:
+        """Tenant → (queued, leased) unfinished tasks."""
         ...
 
 

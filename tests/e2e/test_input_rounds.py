@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 from mcp_tasks.protocol import constants
 from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.tasks.record import TaskRecord
-from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, serving
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, reported, server_settings, serving
 
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
 
@@ -245,8 +245,8 @@ async def test_the_example_count_primes_streams_progress_to_a_synchronous_call(
 
 async def test_progress_of_a_task_is_its_status_message(mcp: McpHttp) -> None:
     task_id = await mcp.start_task("count_primes", {"limit": 3_000_000})
-    task = await mcp.wait_task(task_id, lambda t: bool(t.get("statusMessage")) or t["status"] == "completed")
-    assert task["statusMessage"]
+    task = await mcp.wait_task(task_id, lambda t: reported(t) or t["status"] == "completed")
+    assert task["statusMessage"] and reported(task)
     await mcp.cancel(task_id)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from mcp_types import jsonrpc
 
 from mcp_tasks.protocol import constants
-from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, Reply, until
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, Reply, reported, until
 
 ACCEPT_ALL = {"action": "accept", "content": {"name": "partial-1", "confirm": True}}
 
@@ -65,7 +65,7 @@ async def test_a_round_of_input_requests_sent_again_is_asked_once(mcp: McpHttp) 
 
 async def test_cancel_of_a_running_task_acks_at_once_then_settles_cancelled(mcp: McpHttp) -> None:
     task_id = await mcp.start_task("slow_compute", {"seconds": 60, "label": "c"})
-    await mcp.wait_task(task_id, lambda t: "statusMessage" in t)
+    await mcp.wait_task(task_id, reported)
     ack = await mcp.cancel(task_id)
     assert set(ack.result) == {"resultType", "_meta"}
     done = await mcp.wait_status(task_id, "cancelled", "completed", "failed")

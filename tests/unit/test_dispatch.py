@@ -15,7 +15,7 @@ from mcp_tasks.gateway import dispatch, transport
 from mcp_tasks.gateway.context import Era, RequestContext
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.protocol import constants
-from mcp_tasks.protocol.errors import InvalidParams, MethodNotFound, ServiceUnavailable
+from mcp_tasks.protocol.errors import InvalidParams, MethodNotFound, ServiceUnavailable, TooManyRequests
 from mcp_tasks.protocol.models import TaskRequestParams
 from mcp_tasks.protocol.params import (
     CallToolParams,
@@ -77,6 +77,10 @@ REACHABLE: dict[type[errors.TaskError], tuple[errors.TaskError, int]] = {
     errors.UnstorableValue: (errors.UnstorableValue("x is beyond 64 bits"), jsonrpc.INVALID_PARAMS),
     errors.VersionConflict: (errors.VersionConflict("too many writers"), jsonrpc.INTERNAL_ERROR),
     errors.StoreUnavailable: (errors.StoreUnavailable("timed out"), jsonrpc.INTERNAL_ERROR),
+    errors.LimitReached: (
+        errors.LimitReached("over", "task_create_rate_per_principal", 1.0, 1500),
+        jsonrpc.INTERNAL_ERROR,
+    ),
 }
 """Domain errors a handler can meet (a store read or a client write, the client's own transitions), with the
 JSON-RPC code each is answered with."""
@@ -106,8 +110,13 @@ def test_every_domain_error_a_handler_can_meet_is_mapped_to_its_json_rpc_error()
         assert type(instance) is kind
         mapped = transport.map_exception(instance)
         assert mapped.code == code, kind
-        if code == jsonrpc.INTERNAL_ERROR:  # only "retry": never the generic -32603
-            assert isinstance(mapped, ServiceUnavailable) and mapped.http_status == 503, kind
+        if code == jsonrpc.INTERNAL_ERROR:  # only "retry" (503) or "over a limit" (429): never the generic -32603
+            assert (isinstance(mapped, ServiceUnavailable) and mapped.http_status == 503) or (
+                isinstance(mapped, TooManyRequests) and mapped.http_status == 429
+            ), kind
+    limited = transport.map_exception(REACHABLE[errors.LimitReached][0])
+    assert limited.data == {"limit": "task_create_rate_per_principal", "maximum": 1.0, "retryAfterMs": 1500}
+    assert isinstance(limited, TooManyRequests) and limited.retry_after_s == 2
     missing = transport.map_exception(REACHABLE[errors.InputCapabilityMissing][0])
     assert missing.data == {"requiredCapabilities": {"elicitation": {}}}
     foreign = transport.map_exception(errors.TaskNotFound("another owner's"))

@@ -35,6 +35,17 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT ''
     """,
+    # 3: fair share (tasks.fair_share). Queued tasks (unfinished, never leased or reset) by principal and by
+    # tenant in creation order, and leased ones by principal: each principal's oldest queued tasks, what
+    # runs per principal and a queued task's place among its tenant's are index ranges, never a queue scan.
+    """
+    CREATE INDEX tasks_queued ON tasks (tenant, subject, issuer, created_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL;
+    CREATE INDEX tasks_queued_tenant ON tasks (tenant, created_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL;
+    CREATE INDEX tasks_leased ON tasks (tenant, subject, issuer, lease_expires_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

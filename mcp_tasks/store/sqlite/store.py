@@ -46,6 +46,7 @@ from mcp_tasks.store.sqlite.commits import Committed, GroupCommit, Write
 from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
+from mcp_tasks.tasks.fair_share import Queued
 from mcp_tasks.tasks.ids import TaskId
 from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner, owns
@@ -72,6 +73,30 @@ DECODED_MAX_BODY_BYTES: Final = 16 * 1024
 """Largest record body whose decoded record is kept, in bytes (big results are decoded on each read)."""
 _TERMINAL: Final = "('completed', 'failed', 'cancelled')"
 _SELECT_AT_VERSION: Final = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND version = ?"
+# Fair share (migration 3): each clause matches a partial index's own WHERE, so SQLite uses it.
+_QUEUED: Final = f"status IN {_NON_TERMINAL} AND lease_holder IS NULL"
+_LEASED: Final = f"status IN {_NON_TERMINAL} AND lease_holder IS NOT NULL"
+
+
+def _next_principal(condition: str) -> str:
+    return f"(SELECT task_id FROM tasks WHERE {_QUEUED} AND {condition} ORDER BY tenant, subject, issuer LIMIT 1)"
+
+
+# Each waiting principal's oldest queued tasks: a loose index scan of `tasks_queued` (one seek per principal,
+# never a walk of the queue), then at most `?` rows of each principal from the same index.
+_QUEUED_HEADS: Final = f"""
+WITH RECURSIVE waiting(tenant, subject, issuer) AS (
+    SELECT * FROM (SELECT tenant, subject, issuer FROM tasks WHERE {_QUEUED} ORDER BY tenant, subject, issuer LIMIT 1)
+    UNION ALL
+    SELECT n.tenant, n.subject, n.issuer FROM waiting AS w, tasks AS n WHERE n.task_id = COALESCE(
+        {_next_principal("tenant = w.tenant AND subject = w.subject AND issuer > w.issuer")},
+        {_next_principal("tenant = w.tenant AND subject > w.subject")},
+        {_next_principal("tenant > w.tenant")})
+)
+SELECT t.task_id, t.tenant, t.subject, t.issuer, t.created_at_ms FROM waiting AS w, tasks AS t WHERE t.task_id IN (
+    SELECT task_id FROM tasks WHERE {_QUEUED} AND tenant = w.tenant AND subject = w.subject AND issuer = w.issuer
+    ORDER BY created_at_ms, task_id LIMIT ?)
+"""
 
 
 BODY_FIELDS: Final = frozenset(
@@ -599,6 +624,98 @@ class SqliteTaskStore:
         with _backend("read"):
             rows = list(await self._r.execute_fetchall("SELECT COUNT(*) FROM tasks"))
         return int(rows[0][0]) if rows else 0
+
+    # Fair share (`interfaces.FairQueue`): every query is an index range of migration 3's indexes.
+
+    async def running_usage(self, now: datetime) -> list[tuple[Owner, int]]:
+        """`(principal, runs)` of the unfinished tasks under a live lease (any holder); O(running)."""
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(
+                f"SELECT tenant, subject, issuer, COUNT(*) FROM tasks WHERE {_LEASED} AND lease_expires_at_ms > ? "
+                "GROUP BY tenant, subject, issuer",
+                (to_epoch_ms(now),),
+            )
+        return [(Owner(str(tenant), str(subject), str(issuer)), int(runs)) for tenant, subject, issuer, runs in rows]
+
+    async def queued_heads(self, per_principal: int) -> list[Queued]:
+        """The oldest `per_principal` queued tasks (unfinished, never leased) of each principal that has any.
+
+        Columns only, no body; O(principals waiting x `per_principal`) index steps, whatever the queue's length.
+        """
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(_QUEUED_HEADS, (per_principal,))
+        return [
+            Queued(str(task_id), Owner(str(tenant), str(subject), str(issuer)), from_epoch_ms(int(created)))
+            for task_id, tenant, subject, issuer, created in rows
+        ]
+
+    async def lapsed(self, now: datetime, limit: int) -> list[TaskRecord]:
+        """Unfinished tasks whose lease has expired (their holder is gone), oldest first, at most `limit`;
+        O(leased tasks).
+        """
+        mark = self._read_mark()
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM tasks INDEXED BY tasks_leased WHERE {_LEASED} AND lease_expires_at_ms <= ? "
+                "ORDER BY created_at_ms LIMIT ?",
+                (to_epoch_ms(now), limit),
+            )
+        keep = self._still_current(mark)
+        return [self._decode(row, keep) for row in rows]
+
+    async def queued_records(self, task_ids: Sequence[str]) -> list[TaskRecord]:
+        """The records of `task_ids` that are still queued, in the order given (one primary-key read each)."""
+        if not task_ids:
+            return []
+        mark = self._read_mark()
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(
+                f"SELECT {_COLUMNS} FROM tasks WHERE task_id IN ({','.join('?' * len(task_ids))}) AND {_QUEUED}",
+                tuple(task_ids),
+            )
+        keep = self._still_current(mark)
+        found: dict[str, TaskRecord] = {record.task_id: record for record in (self._decode(row, keep) for row in rows)}
+        return [found[task_id] for task_id in task_ids if task_id in found]
+
+    async def unfinished_of(self, owner: Owner, at_most: int) -> int:
+        """How many unfinished tasks `owner` holds (queued or leased), counted up to `at_most`; O(`at_most`)."""
+        where = "tenant = ? AND subject = ? AND issuer = ?"
+        key = (owner.tenant, owner.subject, owner.issuer)
+        with _backend("read"):
+            rows = list(
+                await self._r.execute_fetchall(
+                    f"SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {_QUEUED} AND {where} LIMIT ?)) + "
+                    f"(SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {_LEASED} AND {where} LIMIT ?))",
+                    (*key, at_most, *key, at_most),
+                )
+            )
+        return min(int(rows[0][0]), at_most) if rows else 0
+
+    async def queued_ahead(self, record: TaskRecord, at_most: int) -> int:
+        """How many queued tasks of `record`'s tenant were created before it, counted up to `at_most`."""
+        with _backend("read"):
+            rows = list(
+                await self._r.execute_fetchall(
+                    f"SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE {_QUEUED} AND tenant = ? AND "
+                    "(created_at_ms < ? OR (created_at_ms = ? AND task_id < ?)) LIMIT ?)",
+                    (record.owner.tenant, created := to_epoch_ms(record.created_at), created, record.task_id, at_most),
+                )
+            )
+        return int(rows[0][0]) if rows else 0
+
+    async def tenant_counts(self) -> dict[str, tuple[int, int]]:
+        """Tenant → (queued, leased) unfinished tasks, for the metrics (`mcptasks_tasks_queued`/`_running`)."""
+        with _backend("read"):
+            queued = await self._r.execute_fetchall(
+                f"SELECT tenant, COUNT(*) FROM tasks WHERE {_QUEUED} GROUP BY tenant"
+            )
+            leased = await self._r.execute_fetchall(
+                f"SELECT tenant, COUNT(*) FROM tasks WHERE {_LEASED} GROUP BY tenant"
+            )
+        counts: dict[str, tuple[int, int]] = {str(tenant): (int(n), 0) for tenant, n in queued}
+        for tenant, n in leased:
+            counts[str(tenant)] = (counts.get(str(tenant), (0, 0))[0], int(n))
+        return counts
 
 
 @contextlib.contextmanager

@@ -1,0 +1,205 @@
+"""Fair share and limits in the embedded server (issue 33; docs/fair-share.md): our own policy, the spec
+says nothing of how a server shares its slots or limits its callers.
+
+Real parts: the embedded server on a socket, its SQLite file, the `gated` test tool as real processes (a
+run ends when the test opens its gate, so ordering is asserted on state, never on time), bearer tokens of
+two tenants (`acme`: alice, bob; `evil`: eve), and the official `mcp` SDK client for the 429.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import jsonrpc
+
+from mcp_tasks.cli.settings import Settings
+from mcp_tasks.client import TasksClientExtension
+from mcp_tasks.tasks import fair_share
+from mcp_tasks.tasks.limits import LimitSettings, TenantOverrides
+from tests.conftest import Embedded, McpHttp, server_settings, serving, until, with_tokens
+
+
+def limited(tmp_path: Path, limits: LimitSettings, **runner: Any) -> Settings:
+    settings = with_tokens(server_settings(tmp_path / "data", **runner), tmp_path)
+    return replace(settings, limits=limits)
+
+
+@contextlib.asynccontextmanager
+async def clients(server: Embedded) -> AsyncIterator[tuple[McpHttp, McpHttp, McpHttp]]:
+    """alice and bob (tenant acme) and eve (tenant evil), raw MCP clients."""
+    async with aiohttp.ClientSession() as session:
+        yield tuple(  # type: ignore[misc]
+            McpHttp(session, server.url, token, changed=server.changed)
+            for token in ("alice-token", "bob-token", "eve-token")
+        )
+
+
+async def leased(server: Embedded, task_id: str) -> bool:
+    return (await server.store.get(task_id)).lease is not None
+
+
+async def until_leased(server: Embedded, task_id: str) -> None:
+    await until(lambda: leased(server, task_id), changed=server.changed)
+
+
+async def open_gate(gate: Path, client: McpHttp, task_id: str) -> None:
+    gate.touch()
+    await client.wait_status(task_id, "completed")
+
+
+async def test_one_tenants_backlog_delays_anothers_task_by_at_most_one_slot_turnover(tmp_path: Path) -> None:
+    """Issue 33's 8-against-1 scenario with `MCPTASKS_MAX_CONCURRENT_TASKS=2`: acme's eight tasks fill both
+    slots and queue six; evil's one task, created after, is the next to start when a slot frees, before any
+    of acme's six; the queued tasks say so, counting only their own tenant's tasks."""
+    async with (
+        serving(limited(tmp_path, LimitSettings(), max_concurrent_tasks=2)) as server,
+        clients(server) as (
+            alice,
+            _bob,
+            eve,
+        ),
+    ):
+        gates = [tmp_path / f"gate-a{i}" for i in range(8)]
+        mine = [await alice.start_task("gated", {"gate": str(gate)}) for gate in gates]
+        await until(lambda: _all_leased(server, mine[:2]), changed=server.changed)
+        b_gate = tmp_path / "gate-b"
+        theirs = await eve.start_task("gated", {"gate": str(b_gate)})
+
+        queued = (await eve.get(theirs)).result
+        assert queued["status"] == "working"
+        assert queued["statusMessage"] == "queued: next in line for a slot"  # acme's six are not "ahead" of it
+        last = (await alice.get(mine[7])).result
+        assert last["statusMessage"] == "queued: 5 of your tenant's tasks ahead"
+
+        await open_gate(gates[0], alice, mine[0])  # one slot's turnover
+        await until_leased(server, theirs)
+        assert [await leased(server, task_id) for task_id in mine[2:]] == [False] * 6  # none of acme's went first
+        assert (await alice.get(mine[2])).result["statusMessage"].startswith(fair_share.QUEUED_PREFIX)
+
+        await open_gate(b_gate, eve, theirs)
+        await until_leased(server, mine[2])  # then acme's oldest waiting task
+        for gate, task_id in zip(gates[1:], mine[1:], strict=True):
+            await open_gate(gate, alice, task_id)
+
+
+async def _all_leased(server: Embedded, task_ids: list[str]) -> bool:
+    return all([await leased(server, task_id) for task_id in task_ids])
+
+
+async def test_a_tenant_at_its_running_budget_waits_while_slots_stay_free_for_others(tmp_path: Path) -> None:
+    """`max_running_per_tenant` (acme overridden to 1): acme's second task stays queued, saying it waits
+    for its tenant's budget, although the executor has free slots; evil's task runs at once."""
+    limits = LimitSettings(
+        max_running_per_tenant=4, tenant_limits=TenantOverrides({"acme": {"max_running_per_tenant": 1}})
+    )
+    async with (
+        serving(limited(tmp_path, limits, max_concurrent_tasks=4)) as server,
+        clients(server) as (
+            alice,
+            bob,
+            eve,
+        ),
+    ):
+        first = await alice.start_task("gated", {"gate": str(tmp_path / "a1")})
+        await until_leased(server, first)
+        second = await bob.start_task("gated", {"gate": str(tmp_path / "a2")})  # same tenant, another principal
+        theirs = await eve.start_task("gated", {"gate": str(tmp_path / "b1")})
+        await until_leased(server, theirs)
+        assert not await leased(server, second)
+        assert (await bob.get(second)).result["statusMessage"] == "queued: next in line for a slot"
+        await open_gate(tmp_path / "a1", alice, first)
+        await until_leased(server, second)
+        await open_gate(tmp_path / "a2", bob, second)
+        await open_gate(tmp_path / "b1", eve, theirs)
+
+
+async def test_a_principal_over_its_unfinished_quota_is_refused_with_nothing_stored_and_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """`max_unfinished_per_principal` = 2: the third `tools/call` is HTTP 429, -32603 with `data.limit`
+    naming the quota and no `retryAfterMs`, and no task is stored; the count comes from the task store, so
+    a restarted server refuses too; another principal is not affected; a finished task makes room."""
+    settings = limited(tmp_path, LimitSettings(max_unfinished_per_principal=2), max_concurrent_tasks=1)
+    async with serving(settings) as server, clients(server) as (alice, bob, _eve):
+        blocker = await bob.start_task("gated", {"gate": str(tmp_path / "b0")})  # holds the one slot
+        await until_leased(server, blocker)
+        held = [await alice.start_task("gated", {"gate": str(tmp_path / f"g{i}")}) for i in range(2)]
+        stored = await server.store.count()
+        refused = await alice.call_tool("gated", {"gate": str(tmp_path / "g3")})
+        assert refused.status == 429
+        assert refused.error["code"] == jsonrpc.INTERNAL_ERROR
+        assert refused.error["data"] == {"limit": "max_unfinished_per_principal", "maximum": 2}
+        assert "Retry-After" not in refused.headers
+        assert await server.store.count() == stored
+        other = await bob.start_task("gated", {"gate": str(tmp_path / "b1")})
+
+    async with serving(settings) as server, clients(server) as (alice, bob, _eve):  # alice's two still queued
+        again = await alice.call_tool("gated", {"gate": str(tmp_path / "g5")})
+        assert again.status == 429 and again.error["data"]["limit"] == "max_unfinished_per_principal"
+        await open_gate(tmp_path / "g0", alice, held[0])  # a finished task makes room
+        made = await alice.start_task("gated", {"gate": str(tmp_path / "g6")})
+        for name in ("g1", "g6", "b1"):
+            (tmp_path / name).touch()
+        for client, task_id in ((alice, held[1]), (alice, made), (bob, other)):
+            await client.wait_status(task_id, "completed")
+
+
+async def test_a_synchronous_call_counts_against_the_running_budget(tmp_path: Path) -> None:
+    """A synchronous call cannot queue: over `max_running_per_principal` it is refused (429, `Retry-After`,
+    `data.retryAfterMs`) while the principal's task runs; another principal's call runs."""
+    settings = limited(tmp_path, LimitSettings(max_running_per_principal=1))
+    async with serving(settings) as server, clients(server) as (alice, bob, _eve):
+        running = await alice.start_task("gated", {"gate": str(tmp_path / "g")})
+        await until_leased(server, running)
+        refused = await alice.call_tool("greet", {"name": "A"})
+        assert refused.status == 429, refused.body
+        assert refused.error["data"]["limit"] == "max_running_per_principal"
+        assert refused.error["data"]["retryAfterMs"] == 1000 and refused.headers["Retry-After"] == "1"
+        assert (await bob.call_tool("greet", {"name": "B"})).result["content"][0]["text"] == "Hello, B!"
+        await open_gate(tmp_path / "g", alice, running)
+        assert (await alice.call_tool("greet", {"name": "A"})).result["content"][0]["text"] == "Hello, A!"
+
+
+async def test_the_creation_rate_answers_429_with_retry_after_through_the_official_sdk(tmp_path: Path) -> None:
+    """`task_create_rate_per_principal` with a burst of 1: the SDK client's second task creation raises
+    `MCPError` -32603 whose `data` carries `retryAfterMs` and the limit; the response was HTTP 429 with
+    `Retry-After`; nothing was stored for it; another principal still creates."""
+    limits = LimitSettings(task_create_rate_per_principal=0.01, task_create_burst_per_principal=1)
+    seen: list[httpx2.Response] = []
+
+    async def record(response: httpx2.Response) -> None:
+        seen.append(response)
+
+    async with serving(limited(tmp_path, limits)) as server:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": "Bearer alice-token"}, timeout=30, event_hooks={"response": [record]}
+            ) as http,
+            Client(
+                streamable_http_client(server.url, http_client=http), extensions=[TasksClientExtension()], cache=None
+            ) as client,
+        ):
+            created = await client.call_tool("sleeper", {"seconds": 0})
+            assert created is not None
+            stored = await server.store.count()
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("sleeper", {"seconds": 0})
+        error = raised.value.error
+        assert error.code == jsonrpc.INTERNAL_ERROR
+        assert error.data["limit"] == "task_create_rate_per_principal"
+        assert 0 < error.data["retryAfterMs"] <= 100_000
+        refusal = next(response for response in seen if response.status_code == 429)
+        assert int(refusal.headers["Retry-After"]) == -(-error.data["retryAfterMs"] // 1000)
+        assert await server.store.count() == stored
+        async with clients(server) as (_alice, bob, _eve):
+            assert (await bob.call_tool("sleeper", {"seconds": 0})).status == 200
