@@ -133,7 +133,7 @@ GET_TIME: dict[str, Any] = {
 async def test_the_catalog_serves_discovered_tools_from_status_and_refuses_a_clash_naming_both(
     control_plane: ControlPlane, namespace: str, api_client: ApiClient
 ) -> None:
-    time_server = {
+    time_server: dict[str, Any] = {
         "apiVersion": "mcptasks.io/v1alpha1",
         "kind": "McpServer",
         "metadata": {"name": "time"},
@@ -168,6 +168,11 @@ async def test_the_catalog_serves_discovered_tools_from_status_and_refuses_a_cla
         (refusal,) = verdict.refusals
         assert f"mcpserver/time in namespace {namespace}" in refusal and "'divide'" in refusal
         assert f"mcptool/divide in namespace {namespace}" in refusal  # both sides named
+        # spec.warm: no warm server pods on Kubernetes yet, so its tools run per call (never wait for workers)
+        _apply(control_plane, namespace, {**time_server, "spec": {**time_server["spec"], "warm": {"minWorkers": 1}}})
+        await until(lambda: catalog.server_verdicts()["time"].generation == 2)
+        warm = catalog.get_tool("get_current_time")
+        assert warm is not None and warm.warm is None
         control_plane.kubectl("delete", "-n", namespace, "mcpserver/time")
         await until(lambda: catalog.get_tool("get_current_time") is None)
     finally:
@@ -366,11 +371,12 @@ async def test_a_server_that_cannot_start_says_why_and_a_fixed_spec_is_discovere
     no tool served. The spec fixed (generation 2): discovered again without waiting for the retry interval.
     A report without a discovery pod's token is refused like an unknown path."""
     operator = operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
-    broken = {
+    container: dict[str, Any] = {"image": "registry.example/mcp/time:1", "command": ["/nonexistent/mcp-server-time"]}
+    broken: dict[str, Any] = {
         "apiVersion": "mcptasks.io/v1alpha1",
         "kind": "McpServer",
         "metadata": {"name": "time"},
-        "spec": {"container": {"image": "registry.example/mcp/time:1", "command": ["/nonexistent/mcp-server-time"]}},
+        "spec": {"container": container},
     }
     _apply(control_plane, namespace, broken)
     status = await until(lambda: (s := server_status(control_plane, namespace, "time")).get("lastError") and s, 90)
@@ -382,7 +388,7 @@ async def test_a_server_that_cannot_start_says_why_and_a_fixed_spec_is_discovere
     for headers in ({}, {"Authorization": "Bearer not-a-pod-token"}):
         async with http_session.post(url, json=report, headers=headers) as refused:
             assert refused.status == 404
-    fixed = {**broken, "spec": {"container": {**broken["spec"]["container"], "command": time_command()}}}
+    fixed = {**broken, "spec": {"container": {**container, "command": time_command()}}}
     _apply(control_plane, namespace, fixed)
     status = await until(
         lambda: (s := server_status(control_plane, namespace, "time")) and condition(s, "Ready") == "True" and s, 90

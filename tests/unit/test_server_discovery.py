@@ -73,7 +73,12 @@ def test_a_report_must_be_a_discovery() -> None:
     report = {"protocolVersion": "2025-11-25", "serverInfo": {"name": "e"}, "tools": [{"name": "x"}], "extra": 1}
     fields = discovery_from_report({"result": {"content": [], "structuredContent": report}})
     assert fields["tools"] == [{"name": "x"}] and fields["protocolVersion"] == "2025-11-25" and "extra" not in fields
-    for bad in ({}, {"result": {"content": []}}, {"result": {"structuredContent": {**report, "tools": ["x"]}}}):
+    bad_reports: list[dict[str, Any]] = [
+        {},
+        {"result": {"content": []}},
+        {"result": {"structuredContent": {**report, "tools": ["x"]}}},
+    ]
+    for bad in bad_reports:
         with pytest.raises(ValueError):
             discovery_from_report(bad)
 

@@ -11,6 +11,7 @@ operator writes it into the McpTool's `status.conditions`); `changed` is set aft
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -272,6 +273,12 @@ class KubernetesToolCatalog:
                 verdicts[name] = ServerVerdict(False, (), generation=generation, status=status)
                 continue
             specs, refusals = tool_specs(server, discovery, BRIDGE_COMMAND)
+            if server.manifest.warm is not None:  # no warm server pods yet: each call gets its Job
+                self._report(f"{source}: spec.warm is not run on Kubernetes yet; its tools run per call")
+                specs = [
+                    dataclasses.replace(spec, manifest=spec.manifest.model_copy(update={"warm": None}))
+                    for spec in specs
+                ]
             served: list[str] = []
             for spec in specs:
                 if spec.name in tools:
