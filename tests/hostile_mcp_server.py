@@ -6,7 +6,8 @@ sees what the bridge sent, e.g. `notifications/cancelled`). Tools:
   of a method no client has, `count` progress notifications and `count` log messages, then a result of
   `size` bytes of text;
 - `hang`: never answers (until its stdin closes);
-- `die`: exits at once, mid-call.
+- `die`: exits at once, mid-call;
+- `refuse`: answers with a JSON-RPC error (-32050, "refused by the server", data `{"why": "test"}`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from typing import Any
 
 TOOLS = [
     {"name": name, "description": f"hostile {name}", "inputSchema": {"type": "object"}, **extra}
-    for name, extra in (("flood", {}), ("hang", {}), ("die", {"annotations": {"idempotentHint": False}}))
+    for name, extra in (
+        ("flood", {}),
+        ("hang", {}),
+        ("die", {"annotations": {"idempotentHint": False}}),
+        ("refuse", {}),
+    )
 ]
 
 
@@ -53,6 +59,11 @@ def main() -> None:
             if name == "die":
                 sys.exit(3)
             if name == "hang":
+                continue
+            if name == "refuse":
+                error = {"code": -32050, "message": "refused by the server", "data": {"why": "test"}}
+                send({"jsonrpc": "2.0", "id": ident, "error": error})
+                sys.stdout.flush()
                 continue
             count, size = int(arguments.get("count", 1000)), int(arguments.get("size", 10))
             sys.stdout.write("{this is not json\n")

@@ -17,6 +17,7 @@ import sys
 import anyio
 
 from mcp_tasks import runtime
+from mcp_tasks.bridge.call import leaf
 from mcp_tasks.bridge.discovery import discover
 from mcp_tasks.bridge.oneshot import run_once
 from mcp_tasks.bridge.target import BridgeConfigError, Target
@@ -37,7 +38,15 @@ def main(argv: list[str]) -> None:
         # (`operator/server_discovery.py`), the discovery JSON as the result's structuredContent.
         runtime.run(lambda _ctx: {"content": [], "structuredContent": anyio.run(discover, target)})
     if argv == ["discover"]:
-        sys.stdout.write(json.dumps(anyio.run(discover, target), separators=(",", ":")) + "\n")
+        try:
+            found = anyio.run(discover, target)
+        except Exception as exc:  # any failure of the server is reported in one line, the executor logs it
+            reason = leaf(exc)
+            sys.stderr.write(
+                f"mcp-tasks bridge: discovery of {target.server!r} failed: {type(reason).__name__}: {reason}\n"
+            )
+            sys.exit(1)
+        sys.stdout.write(json.dumps(found, separators=(",", ":")) + "\n")
         return
     tool = os.environ.get(contract.ENV_BRIDGE_TOOL) or ""
     if not tool:

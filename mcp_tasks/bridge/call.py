@@ -75,6 +75,13 @@ async def call_tool(client: Client, name: str, arguments: Json, progress: Any) -
         raise ServerLost(f"the connection to the server broke: {type(exc).__name__}") from exc
 
 
+def leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, which anyio task groups wrap errors in."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def outcome_unknown(server: str, tool: str, why: str) -> Json:
     """The task's result when a non-idempotent tool's call was lost by its server (the one outcome rule)."""
     return text_result(

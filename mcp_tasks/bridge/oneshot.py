@@ -12,9 +12,8 @@ import logging
 import signal
 
 import anyio
-from mcp.shared.exceptions import MCPError
 
-from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, outcome_unknown, unavailable
+from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
 from mcp_tasks.bridge.mapping import Progress, ServerMessages, ServerRequests
 from mcp_tasks.bridge.target import Handlers, Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
@@ -43,8 +42,13 @@ async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent
 
     Only the call is abandoned (which sends the server `notifications/cancelled`); the connection then
     closes the ordinary way, so that notification is flushed before the server is stopped.
+
+    Raises:
+        ProtocolFailure: as `run_once`.
     """
     stopping = anyio.Event()
+    failure: ProtocolFailure | None = None
+    outcome: Json | None = None
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as group:
 
@@ -55,8 +59,13 @@ async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent
                     return
 
             group.start_soon(stop_on_signal)
-            outcome = await _send(ctx, target, tool, idempotent, stopping)
+            try:
+                outcome = await _send(ctx, target, tool, idempotent, stopping)
+            except ProtocolFailure as exc:  # raised after the group, which would wrap it in an exception group
+                failure = exc
             group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return outcome
 
 
@@ -75,10 +84,12 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, s
     why = ""
     for send in range(1, MAX_SENDS + 1):
         sent = False
+        result: Json | None = None
+        failure: ProtocolFailure | None = None
+        lost: str | None = None
         try:
             async with connect(target, handlers) as client:
                 progress = Progress(ctx)
-                result: Json | None = None
                 async with anyio.create_task_group() as group:
 
                     async def stop_when_asked() -> None:
@@ -88,22 +99,26 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, s
                     group.start_soon(stop_when_asked)
                     group.start_soon(progress.run)
                     sent = True
-                    result = await call_tool(client, tool, ctx.arguments, progress)
+                    # Kept, not raised, inside the block: the transport's task groups would wrap an error
+                    # leaving it in an exception group.
+                    try:
+                        result = await call_tool(client, tool, ctx.arguments, progress)
+                    except ProtocolFailure as exc:
+                        failure = exc
+                    except ServerLost as exc:
+                        lost = str(exc)
                     group.cancel_scope.cancel()
-                return result
-        except ProtocolFailure:
-            raise
-        except ServerLost as exc:
-            why = str(exc)
-        except (OSError, MCPError, ConnectionError, RuntimeError) as exc:
+        except Exception as exc:  # the server could not be started, or its transport broke (maybe grouped)
             if not sent:
-                raise unavailable(target.server, exc) from exc
-            why = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # a server that breaks the SDK's transport mid-call: lost, not our crash
-            if not sent:
-                raise unavailable(target.server, exc) from exc
-            logger.exception("the connection to the MCP server failed mid-call")
-            why = type(exc).__name__
+                raise unavailable(target.server, leaf(exc)) from exc
+            if result is None and failure is None and lost is None:
+                logger.warning("the connection to the MCP server failed mid-call: %r", leaf(exc))
+                lost = f"{type(leaf(exc)).__name__}: {leaf(exc)}"
+        if failure is not None:
+            raise failure
+        if result is not None:
+            return result
+        why = lost or why
         if stopping.is_set():
             return None
         if not idempotent:

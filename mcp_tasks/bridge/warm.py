@@ -21,7 +21,7 @@ import anyio.from_thread
 from anyio.abc import TaskStatus
 from mcp import Client
 
-from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, outcome_unknown, unavailable
+from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
 from mcp_tasks.bridge.mapping import NO_CALL, Progress, ServerMessages, ServerRequests
 from mcp_tasks.bridge.target import Handlers, Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
@@ -117,7 +117,7 @@ class WarmBridge:
             try:
                 connection = await self._connected()
             except Exception as exc:
-                raise unavailable(self._target.server, exc) from exc
+                raise unavailable(self._target.server, leaf(exc)) from exc
             progress = Progress(ctx)
             cancelled = False
             async with anyio.create_task_group() as group:

@@ -312,8 +312,9 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
 ) -> None:
     """Least privilege (issue: hostile servers): malformed JSON on stdout, an unknown notification and a request
     of an unknown method, 5000 progress and 5000 log notifications, then a 3 MB result: the task completes,
-    the result is an artifact link (the inline cap holds), the progress shown is the last; a server that
-    never answers is cancelled, and it got `notifications/cancelled` for the call it was sent."""
+    the result is an artifact link (the inline cap holds); a server that never answers is cancelled, and it
+    got `notifications/cancelled` for the call it was sent; one that exits mid-call leaves the outcome
+    unknown (not idempotent); a JSON-RPC error answer fails the task with that error."""
     journal = tmp_path / "journal.ndjson"
     script = Path(__file__).resolve().parent.parent / "hostile_mcp_server.py"
     manifest = server_manifest(
@@ -332,7 +333,7 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
         hang = await mcp.start_task("hang", {})
         await until(lambda: _sent(journal, "hang"), timeout_s=20)
         listed = await mcp.request("tools/list", {})
-        assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die"}
+        assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die", "refuse"}
         await mcp.cancel(hang)
         assert (await mcp.wait_status(hang, "cancelled", "completed", "failed", timeout_s=20))["status"] == "cancelled"
         await until(lambda: _cancelled(journal), timeout_s=20)
@@ -340,6 +341,9 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
         lost = await mcp.wait_status(died, "completed", "failed", timeout_s=20)
         assert lost["status"] == "completed" and lost["result"]["isError"] is True, lost
         assert "outcome is unknown" in lost["result"]["content"][0]["text"]
+        refused = await mcp.wait_status(await mcp.start_task("refuse", {}), "completed", "failed", timeout_s=20)
+        assert refused["status"] == "failed", refused
+        assert refused["error"] == {"code": -32050, "message": "refused by the server", "data": {"why": "test"}}
 
 
 async def _sent(journal: Path, tool: str) -> bool:
