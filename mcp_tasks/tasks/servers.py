@@ -118,6 +118,9 @@ class ServerManifestSpec(_Spec):
     """Prepended to each listed tool name (`time_` makes `get_current_time` `time_get_current_time`)."""
     discovery_timeout_seconds: float = Field(60.0, alias="discoveryTimeoutSeconds", gt=0, le=3600)
     """Longest the start, handshake and `tools/list` of discovery may take, in seconds."""
+    resync_interval_seconds: float = Field(600.0, alias="resyncIntervalSeconds", ge=0, le=86400)
+    """How often discovery runs again, in seconds (a new server version, a `tools/list_changed`): tools the
+    server no longer lists go, new ones come. 0: discovered once (embedded: at start-up)."""
 
     @model_validator(mode="after")
     def _reachable(self) -> ServerManifestSpec:
