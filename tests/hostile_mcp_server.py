@@ -1,7 +1,8 @@
 """A deliberately hostile stdio MCP server (2025-06-18), for the bridge's robustness tests. Standard library only.
 
 Run as `python hostile_mcp_server.py <journal>`: every line it reads is appended to `<journal>` (so a test
-sees what the bridge sent, e.g. `notifications/cancelled`). Tools:
+sees what the bridge sent, e.g. `notifications/cancelled`). It also lists a tool (that only echoes its
+arguments) for each name in `<journal>.tools`, when that file exists. Tools:
 - `flood`: before answering, writes a malformed line, a line that is JSON but no JSON-RPC message, a request
   of a method no client has, `count` progress notifications and `count` log messages, then a result of
   `size` bytes of text;
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 TOOLS = [
@@ -51,7 +53,10 @@ def main() -> None:
                 }
             )
         elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": TOOLS}})
+            extra = Path(sys.argv[1] + ".tools")
+            more = extra.read_text().split() if extra.exists() else []
+            listed = TOOLS + [{"name": name, "inputSchema": {"type": "object"}} for name in more]
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": listed}})
         elif method == "tools/call":
             name = message["params"]["name"]
             arguments = message["params"].get("arguments") or {}

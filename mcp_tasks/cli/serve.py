@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from mcp_tasks import __version__, gateway, observability
+from mcp_tasks import __version__, aio, gateway, observability
 from mcp_tasks.cli.artifacts import artifact_store
 from mcp_tasks.cli.settings import Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.gateway import MCP_PATH, Services, TokenFileAuthenticator, create_app
@@ -156,9 +156,11 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
         await artifacts.open()
         await catalog.discover_servers()  # before the runner: a run adopted after a crash needs its tool
         await runner.start()
+        resync = asyncio.create_task(catalog.resync_servers(), name="server-resync")
         try:
             yield
         finally:
+            await aio.cancel_and_wait([resync])
             await runner.aclose()
             await artifacts.aclose()
             await store.aclose()

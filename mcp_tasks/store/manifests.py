@@ -10,12 +10,14 @@ Loaded once at start-up; a broken manifest stops start-up with a message that na
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
 import yaml
 
+from mcp_tasks import aio
 from mcp_tasks.store import server_discovery
 from mcp_tasks.tasks import pod_shape, servers
 from mcp_tasks.tasks.errors import InvalidToolManifest
@@ -96,15 +98,18 @@ class FileToolCatalog:
                             spec.name,
                             ", ".join(ignored),
                         )
+        self._file_tools = dict(tools)
+        self._server_tools: dict[str, tuple[ToolSpec, ...]] = {}
+        self._discovered_at: dict[str, float] = {}
         self._tools = tools
         logger.info("loaded %d tools", len(self._tools))
 
     async def discover_servers(self) -> list[str]:
         """Discover every McpServer's tools (`server_discovery.discover`, one server at a time) and add them.
 
-        A server that cannot be discovered is logged and left out (its tools are not listed until the next
-        start): one broken server does not stop the others. A listed tool left out by `servers.tool_specs`
-        is logged with its reason. Returns those messages.
+        A server that cannot be discovered is logged and left out (its tools come at a later resync, if it
+        has one, or the next start): one broken server does not stop the others. A listed tool left out by
+        `servers.tool_specs` is logged with its reason. Returns those messages.
 
         Raises:
             InvalidToolManifest: a discovered tool's name (with the server's prefix) is already another
@@ -112,23 +117,65 @@ class FileToolCatalog:
         """
         problems: list[str] = []
         for server in self.servers:
-            try:
-                found = await server_discovery.discover(server)
-            except server_discovery.DiscoveryFailed as exc:
-                logger.error("McpServer %s is left out: %s", server.name, exc)
-                problems.append(str(exc))
-                continue
-            specs, refusals = servers.tool_specs(server, found, BRIDGE_COMMAND)
-            for refusal in refusals:
-                logger.warning("%s", refusal)
-            problems.extend(refusals)
-            for spec in specs:
-                if spec.name in self._tools:
-                    raise InvalidToolManifest(
-                        f"{server.source}: tool {spec.name!r} of McpServer {server.name!r} clashes with tool "
-                        f"{spec.name!r} declared in {self._tools[spec.name].source} (set spec.toolNamePrefix)"
-                    )
-            self._tools.update((spec.name, spec) for spec in specs)
+            problems.extend(await self._discover(server, starting=True))
+        return problems
+
+    async def resync_servers(self) -> None:
+        """Discover each McpServer again every `spec.resyncIntervalSeconds` (0: never), until cancelled.
+
+        Its tools are replaced by what it lists now: new ones are listed and callable, those it no longer
+        lists go (a task of a tool that went fails at its next claim, as for a removed McpTool). A clash with
+        another tool, or a failed discovery, keeps the tools it had. Returns at once when no server resyncs.
+
+        Raises:
+            asyncio.CancelledError: when cancelled (the only way out once started).
+        """
+        intervals = [s.manifest.resync_interval_seconds for s in self.servers if s.manifest.resync_interval_seconds]
+        if intervals:
+            await aio.every(min(intervals), self._resync_due, "McpServer resync", log=logger)
+
+    async def _resync_due(self) -> None:
+        now = time.monotonic()
+        for server in self.servers:
+            interval = server.manifest.resync_interval_seconds
+            if interval and now >= self._discovered_at.get(server.name, 0.0) + interval:
+                await self._discover(server, starting=False)
+
+    async def _discover(self, server: servers.ServerSpec, *, starting: bool) -> list[str]:
+        """Discover one server and put its tools in place of those it had; the problems, as messages.
+
+        Raises:
+            InvalidToolManifest: `starting` and a tool clashes (otherwise the clash is logged and the
+                server keeps its previous tools).
+        """
+        self._discovered_at[server.name] = time.monotonic()
+        try:
+            found = await server_discovery.discover(server)
+        except server_discovery.DiscoveryFailed as exc:
+            logger.error("McpServer %s is left out: %s", server.name, exc)
+            return [str(exc)]
+        specs, refusals = servers.tool_specs(server, found, BRIDGE_COMMAND)
+        for refusal in refusals:
+            logger.warning("%s", refusal)
+        others = {
+            name: spec
+            for name, spec in self._tools.items()
+            if not (isinstance(spec, servers.ServerToolSpec) and spec.server.name == server.name)
+        }
+        for spec in specs:
+            if spec.name in others:
+                clash = (
+                    f"{server.source}: tool {spec.name!r} of McpServer {server.name!r} clashes with tool "
+                    f"{spec.name!r} declared in {others[spec.name].source} (set spec.toolNamePrefix)"
+                )
+                if starting:
+                    raise InvalidToolManifest(clash)
+                logger.error("%s; the server keeps the tools it had", clash)
+                return [*refusals, clash]
+        before = self._server_tools.get(server.name, ())
+        self._server_tools[server.name] = tuple(specs)
+        self._tools = self._ordered()
+        if starting or [spec.tool for spec in before] != [spec.tool for spec in specs]:
             logger.info(
                 "McpServer %s (%s, protocol %s): %d tools",
                 server.name,
@@ -136,7 +183,14 @@ class FileToolCatalog:
                 found.protocol_version,
                 len(specs),
             )
-        return problems
+        return refusals
+
+    def _ordered(self) -> dict[str, ToolSpec]:
+        """The McpTools in declaration order, then each McpServer's tools in server and listing order."""
+        tools = dict(self._file_tools)
+        for server in self.servers:
+            tools.update((spec.name, spec) for spec in self._server_tools.get(server.name, ()))
+        return tools
 
     def list_tools(self) -> Sequence[ToolSpec]:
         """All tools, in declaration order (folders, then sorted files, then documents)."""

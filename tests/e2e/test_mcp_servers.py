@@ -356,3 +356,32 @@ async def _cancelled(journal: Path) -> bool:
     messages = [json.loads(line) for line in journal.read_text().splitlines()]
     calls = {m["id"] for m in messages if m.get("method") == "tools/call" and m["params"]["name"] == "hang"}
     return any(m.get("method") == "notifications/cancelled" and m["params"].get("requestId") in calls for m in messages)
+
+
+async def test_a_resync_lists_the_tools_a_server_gained_and_drops_those_it_lost(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """McpServer `resyncIntervalSeconds` (issue: periodic resync): discovery runs again, and `tools/list`
+    follows what the server lists now, without a restart."""
+    journal = tmp_path / "journal.ndjson"
+    script = Path(__file__).resolve().parent.parent / "hostile_mcp_server.py"
+    manifest = server_manifest("hostile", [sys.executable, str(script), str(journal)], resyncIntervalSeconds=0.5)
+    folder = write_folder(tmp_path / "tools", manifest)
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+        mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
+
+        async def listed() -> set[str]:
+            return {tool["name"] for tool in (await mcp.request("tools/list", {})).result["tools"]}
+
+        assert "late" not in await listed()
+        journal.with_name(journal.name + ".tools").write_text("late\n")
+        await until(lambda: _has(listed, "late"), timeout_s=20)
+        done = await mcp.wait_status(await mcp.start_task("late", {}), "completed", "failed", timeout_s=20)
+        assert done["status"] == "completed", done
+        journal.with_name(journal.name + ".tools").write_text("")
+        await until(lambda: _has(listed, "late", present=False), timeout_s=20)
+
+
+async def _has(listed: Any, name: str, present: bool = True) -> bool:
+    return (name in await listed()) == present
