@@ -31,6 +31,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from mcp_tasks.operator import kueue, observe
@@ -59,6 +60,23 @@ AHEAD_SHOWN_MAX: Final = 1000
 """The most tasks ahead a message names."""
 NOBODY: Final = Owner("", "", "")
 """The owner a Job is counted under when its McpTask is gone from the cache (it still holds a slot)."""
+
+
+@dataclass(slots=True)
+class Census:
+    """One count (`Admission._census`).
+
+    Attributes:
+        running: the owner of each run holding a slot (an owner repeats per run).
+        admitted: tasks admitted earlier whose Job or lease does not exist yet (counted in `running`).
+        queued: tasks waiting for admission.
+        records: the records of `queued`, by task id.
+    """
+
+    running: list[Owner] = field(default_factory=list)
+    admitted: dict[str, Owner] = field(default_factory=dict)
+    queued: list[Queued] = field(default_factory=list)
+    records: dict[str, TaskRecord] = field(default_factory=dict)
 
 
 class TaskCache(Protocol):
@@ -195,32 +213,9 @@ class Admission:
         """One pass (see the module docstring): admit what fits, refresh the waiting messages, wake the tasks
         whose verdict or message changed; the ids admitted, in the order they got their slots.
         """
-        now = self.clock()
-        running: list[Owner] = []
-        for task_id in self.children.task_ids():
-            job, pods = self.children.job(task_id), self.children.pods(task_id)
-            if job is not None and kueue.queue_of(job) is not None:
-                continue  # Kueue's quota holds it
-            if holds_slot(job, pods):
-                running.append(self.store.owner_of(task_id) or NOBODY)
-        admitted: dict[str, Owner] = {}
-        queued: list[Queued] = []
-        records: dict[str, TaskRecord] = {}
-        for record in self.store.unfinished_records():
-            task_id = record.task_id
-            if self.children.job(task_id) is not None or self.children.pods(task_id):
-                continue  # counted above while it runs
-            if record.lease is not None and record.lease.expires_at > now:
-                running.append(record.owner)  # a warm call
-                continue
-            if not self._may_wait(record):
-                continue
-            if task_id in self._admitted:
-                admitted[task_id] = record.owner
-                running.append(record.owner)
-                continue
-            queued.append(Queued(task_id, record.owner, record.created_at))
-            records[task_id] = record
+        census = self._census()
+        running, queued, records = census.running, census.queued, census.records
+        admitted = dict(census.admitted)
         usage = Usage.of(running)
         cap = self.settings.max_running_tasks
         slots = cap - len(running) if cap else len(queued)
@@ -237,6 +232,43 @@ class Admission:
         after = usage.plus(Usage.of(task.owner for task in picked))
         self._waiting = self._messages(queued, set(admitted), after, records)
         return [task.task_id for task in picked]
+
+    def tenant_counts(self) -> dict[str, tuple[int, int]]:
+        """Tenant → (queued, running) tasks, as the admission counts them (`metrics.tenants_counted`)."""
+        census = self._census()
+        counts: dict[str, list[int]] = {}
+        for task in census.queued:
+            counts.setdefault(task.owner.tenant, [0, 0])[0] += 1
+        for owner in census.running:
+            counts.setdefault(owner.tenant, [0, 0])[1] += 1
+        return {tenant: (queued, running) for tenant, (queued, running) in counts.items()}
+
+    def _census(self) -> Census:
+        """What runs and what waits now, from the copies and the cache (see the module docstring)."""
+        now = self.clock()
+        census = Census()
+        for task_id in self.children.task_ids():
+            job, pods = self.children.job(task_id), self.children.pods(task_id)
+            if job is not None and kueue.queue_of(job) is not None:
+                continue  # Kueue's quota holds it
+            if holds_slot(job, pods):
+                census.running.append(self.store.owner_of(task_id) or NOBODY)
+        for record in self.store.unfinished_records():
+            task_id = record.task_id
+            if self.children.job(task_id) is not None or self.children.pods(task_id):
+                continue  # counted above while it runs
+            if record.lease is not None and record.lease.expires_at > now:
+                census.running.append(record.owner)  # a warm call
+                continue
+            if not self._may_wait(record):
+                continue
+            if task_id in self._admitted:  # admitted, its Job or lease not seen yet
+                census.admitted[task_id] = record.owner
+                census.running.append(record.owner)
+                continue
+            census.queued.append(Queued(task_id, record.owner, record.created_at))
+            census.records[task_id] = record
+        return census
 
     def _messages(
         self, queued: list[Queued], picked: set[str], usage: Usage, records: dict[str, TaskRecord]

@@ -198,13 +198,15 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         stack.push_async_callback(election.release)  # after the loops below have stopped (the stack unwinds)
 
         async def sweep() -> None:
-            """While leading: delete expired tasks, then refresh the task gauges and the sweep's timestamp.
+            """While leading: delete expired tasks, then refresh the task gauges (queued and running by tenant
+            as the admission counts them) and the sweep's timestamp.
 
             `mcptasks_sweep_timestamp_seconds` moves only where tasks are reconciled: the alert's signal.
             """
             if election.leading.is_set():
                 await reconciler.expire(reconciler.clock())
                 metrics.swept(await reconciler.store.unfinished(), reconciler.clock())
+                metrics.tenants_counted(reconciler.admission.tenant_counts(), wiring.limits.metrics_tenants)
 
         async def resync() -> None:
             """Queue every unfinished task (and every task with a Job or pod copy), while active: a safety

@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, until
+from tests.metrics import scrape, value
 
 TOKENS = {
     "tokens": [
@@ -147,9 +148,14 @@ async def test_a_job_of_a_tenant_over_its_running_budget_waits_for_its_own_slot_
     tmp_path: Path,
 ) -> None:
     """`MCPTASKS_MAX_RUNNING_PER_TENANT=1`, no cap: A's second task gets no Job while A's first runs (its message
-    names the limit; a `Queued` Event says so), B's task gets its Job at once, and A's second starts when A's
-    first ends."""
-    operators.start(env={"MCPTASKS_MAX_RUNNING_PER_TENANT": "1"})
+    names the limit; a `Queued` Event says so; `/metrics` counts it queued), B's task gets its Job at once, and
+    A's second starts when A's first ends."""
+    metrics_port = free_port()
+    operators.start(
+        "--metrics-port",
+        str(metrics_port),
+        env={"MCPTASKS_MAX_RUNNING_PER_TENANT": "1", "MCPTASKS_METRICS_TENANTS": "a"},
+    )
     gateway = await gateways.start(tokens_file=tokens_file(tmp_path))
     alice, bob = client(http_session, gateway, "alice"), client(http_session, gateway, "bob")
     first_gate, second_gate = gates.new(), gates.new()
@@ -167,6 +173,16 @@ async def test_a_job_of_a_tenant_over_its_running_budget_waits_for_its_own_slot_
         return any(e["reason"] == "Queued" and e["regarding"]["name"] == second for e in events["items"])
 
     await until(queued_event)
+
+    async def gauges() -> bool:
+        samples = await scrape(http_session, f"http://127.0.0.1:{metrics_port}/metrics")
+        queued, running = (
+            value(samples, "mcptasks_tasks_queued", tenant="a"),
+            value(samples, "mcptasks_tasks_running", tenant="a"),
+        )
+        return (queued, running, value(samples, "mcptasks_tasks_running", tenant="other")) == (1, 1, 1)
+
+    await until(gauges)  # A: one waits, one runs; B (not listed): one runs
     gates.open(first_gate)
     await until(lambda: second in job_owners(control_plane, namespace))
     gates.open(second_gate)

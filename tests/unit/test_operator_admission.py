@@ -122,6 +122,7 @@ def test_eight_long_tasks_of_one_tenant_delay_another_tenants_task_by_one_slot_a
     assert h.message(a[2]) == "queued: next in line for a slot"
     assert h.message(a[7]) == "queued: 5 of your tenant's tasks ahead"
     assert set(h.woken) >= {b, *a[2:]}, "each waiting task is woken to write its message"
+    assert h.admission.tenant_counts() == {"a": (6, 2), "b": (1, 0)}, "the metrics' count: (queued, running)"
     h.end(a[0])
     assert h.admission.assess() == [b], "the freed slot is B's: A runs 1, B runs 0"
     h.start(b)
