@@ -230,6 +230,8 @@ async def admit_creation(ctx: RequestContext) -> None:
     """
     services = ctx.services
     limits = services.limits
+    if not limits.limits_creation:
+        return  # nothing to count: the create path pays nothing for limits it does not have
     owner = ctx.owner
     own = limits.for_tenant(owner.tenant)
     refused = services.rate_limits.take(

@@ -15,8 +15,9 @@ answers from its indexes (`interfaces.FairQueue`, the SQLite store), a query pas
 tasks whose holder is gone (`lapsed`: they ran before, the restart rules apply to them first), then the
 free slots' worth of queued tasks chosen by `fair_share.pick` from each waiting principal's oldest ones
 (`queued_heads`), with the runs counted in the store (`running_usage`: every holder's live leases, so the
-counts hold across restarts and processes sharing the file) plus this process's synchronous calls. Four
-indexed reads per pass, O(running + principals waiting x free slots), never a walk of the queue.
+counts hold across restarts and processes sharing the file) plus this process's synchronous calls. Two
+indexed reads per pass (`claim_view`, then the chosen records; a third when leases lapsed), O(running +
+principals waiting x free slots), never a walk of the queue.
 `statusMessage` of a queued task is computed on read by the gateway; the claim path writes nothing to the
 tasks it leaves.
 
@@ -154,20 +155,22 @@ class Claimer:
         """
         ctx = self.ctx
         now = ctx.clock()
-        lapsed = await store.lapsed(now, capacity)
+        view = await store.claim_view(now, capacity)
+        lapsed = await store.lapsed(now, capacity) if view.lapsed else []
         slots = capacity - len(lapsed)
         if slots <= 0:
             return lapsed, True
-        heads = await store.queued_heads(slots)
+        heads = view.queued
         if not heads:
-            return lapsed, False
-        usage = fair_share.Usage.counted(await store.running_usage(now))
+            return lapsed, view.lapsed > len(lapsed)
+        usage = fair_share.Usage.counted(view.running)
         if ctx.inline_owners:
             usage = usage.plus(fair_share.Usage.of(ctx.inline_owners.elements()))
         picked = fair_share.pick(heads, usage, ctx.limits, slots)
         records = await store.queued_records([task.task_id for task in picked])
         per_principal = Counter(task.owner for task in heads)
         more = len(heads) > len(picked) or len(records) < len(picked) or max(per_principal.values()) >= slots
+        more = more or view.lapsed > len(lapsed)
         return lapsed + records, more  # a principal that filled its `slots` heads may have more waiting
 
     def _handed_over(self, capacity: int) -> list[TaskRecord] | None:

@@ -142,6 +142,21 @@ class TaskStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What a claim pass needs to know, read at once (`FairQueue.claim_view`).
+
+    Attributes:
+        running: `(principal, runs)` under a live lease, any holder.
+        lapsed: unfinished tasks whose lease expired (their holder is gone; the restart rules apply).
+        queued: each waiting principal's oldest queued tasks (at most `per_principal` each, no order).
+    """
+
+    running: list[tuple[Owner, int]]
+    lapsed: int
+    queued: list[Queued]
+
+
 @runtime_checkable
 class FairQueue(Protocol):
     """A task store that answers the fair-share questions from indexes (`SqliteTaskStore`): the embedded
@@ -161,6 +176,10 @@ class FairQueue(Protocol):
 
     async def lapsed(self, now: datetime, limit: int) -> list[TaskRecord]:
         """Unfinished tasks whose lease expired (their holder is gone), oldest first, at most `limit`."""
+        ...
+
+    async def claim_view(self, now: datetime, per_principal: int) -> ClaimView:
+        """`running_usage`, the number of lapsed leases and `queued_heads(per_principal)`, in one read."""
         ...
 
     async def queued_records(self, task_ids: Sequence[str]) -> list[TaskRecord]:

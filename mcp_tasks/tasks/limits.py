@@ -198,6 +198,14 @@ class LimitSettings:
             values += [override.get("max_running_per_tenant", 0), override.get("max_running_per_principal", 0)]
         return any(values)
 
+    @property
+    def limits_creation(self) -> bool:
+        """Whether any creation rate or unfinished-task quota (default or override) is set."""
+        names = ("max_unfinished_per_principal", "task_create_rate_per_principal", "task_create_rate_per_tenant")
+        return any(getattr(self, name) for name in names) or any(
+            override.get(name, 0) for override in self.tenant_limits.values() for name in names
+        )
+
     def check(self) -> None:
         """The group's own rules: limits >= 0, weight > 0, bursts >= 1 where a rate is set.
 

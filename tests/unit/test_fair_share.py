@@ -224,6 +224,9 @@ def test_a_tenant_override_changes_only_what_it_names() -> None:
     assert settings.for_tenant("b").weight == 1.0
     assert settings.limits_running
     assert not LimitSettings(max_unfinished_per_principal=3).limits_running
+    assert LimitSettings(max_unfinished_per_principal=3).limits_creation
+    assert LimitSettings(tenant_limits=TenantOverrides({"a": {"task_create_rate_per_tenant": 1.0}})).limits_creation
+    assert not LimitSettings(max_running_per_tenant=4).limits_creation
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.fair_share import Queued
 from mcp_tasks.tasks.ids import TaskId
-from mcp_tasks.tasks.interfaces import Clock, Unfinished, WriteObserver, Writer, utc_now
+from mcp_tasks.tasks.interfaces import ClaimView, Clock, Unfinished, WriteObserver, Writer, utc_now
 from mcp_tasks.tasks.owner import UNKNOWN_ISSUER, Owner, owns
 from mcp_tasks.tasks.record import Lease, LeaseProcess, TaskRecord, from_epoch_ms, to_epoch_ms
 
@@ -84,7 +84,7 @@ def _next_principal(condition: str) -> str:
 
 # Each waiting principal's oldest queued tasks: a loose index scan of `tasks_queued` (one seek per principal,
 # never a walk of the queue), then at most `?` rows of each principal from the same index.
-_QUEUED_HEADS: Final = f"""
+_WAITING: Final = f"""
 WITH RECURSIVE waiting(tenant, subject, issuer) AS (
     SELECT * FROM (SELECT tenant, subject, issuer FROM tasks WHERE {_QUEUED} ORDER BY tenant, subject, issuer LIMIT 1)
     UNION ALL
@@ -93,10 +93,21 @@ WITH RECURSIVE waiting(tenant, subject, issuer) AS (
         {_next_principal("tenant = w.tenant AND subject > w.subject")},
         {_next_principal("tenant > w.tenant")})
 )
-SELECT t.task_id, t.tenant, t.subject, t.issuer, t.created_at_ms FROM waiting AS w, tasks AS t WHERE t.task_id IN (
+"""
+_HEADS: Final = f"""
+SELECT 1, t.task_id, t.tenant, t.subject, t.issuer, t.created_at_ms, 0
+FROM waiting AS w, tasks AS t WHERE t.task_id IN (
     SELECT task_id FROM tasks WHERE {_QUEUED} AND tenant = w.tenant AND subject = w.subject AND issuer = w.issuer
     ORDER BY created_at_ms, task_id LIMIT ?)
 """
+_QUEUED_HEADS: Final = _WAITING + _HEADS
+# One read for a claim pass: the leased tasks per principal (live, lapsed), then each waiting principal's heads.
+_CLAIM_VIEW: Final = (
+    _WAITING
+    + "SELECT 0, NULL, tenant, subject, issuer, SUM(lease_expires_at_ms > ?), SUM(lease_expires_at_ms <= ?) "
+    + f"FROM tasks WHERE {_LEASED} GROUP BY tenant, subject, issuer UNION ALL "
+    + _HEADS
+)
 
 
 BODY_FIELDS: Final = frozenset(
@@ -646,8 +657,26 @@ class SqliteTaskStore:
             rows = await self._r.execute_fetchall(_QUEUED_HEADS, (per_principal,))
         return [
             Queued(str(task_id), Owner(str(tenant), str(subject), str(issuer)), from_epoch_ms(int(created)))
-            for task_id, tenant, subject, issuer, created in rows
+            for _, task_id, tenant, subject, issuer, created, _ in rows
         ]
+
+    async def claim_view(self, now: datetime, per_principal: int) -> ClaimView:
+        """`running_usage`, how many leases lapsed, and `queued_heads`, in one read (a claim pass's question)."""
+        at = to_epoch_ms(now)
+        with _backend("read"):
+            rows = await self._r.execute_fetchall(_CLAIM_VIEW, (at, at, per_principal))
+        running: list[tuple[Owner, int]] = []
+        queued: list[Queued] = []
+        lapsed = 0
+        for kind, task_id, tenant, subject, issuer, value, expired in rows:
+            owner = Owner(str(tenant), str(subject), str(issuer))
+            if kind == 0:
+                if value:
+                    running.append((owner, int(value)))
+                lapsed += int(expired or 0)
+            else:
+                queued.append(Queued(str(task_id), owner, from_epoch_ms(int(value))))
+        return ClaimView(running, lapsed, queued)
 
     async def lapsed(self, now: datetime, limit: int) -> list[TaskRecord]:
         """Unfinished tasks whose lease has expired (their holder is gone), oldest first, at most `limit`;
