@@ -100,6 +100,7 @@ test: lint typecheck pytest conformance
 # FAIL or a NOISY run (rounds spread over 20%), after printing every figure
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.warm
 	$(BIN)/python -m bench.call_auth
 	$(BIN)/python -m bench.request_memory

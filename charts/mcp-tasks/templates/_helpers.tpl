@@ -238,3 +238,21 @@ artifact store's port with artifacts.s3 (any address), and networkPolicy.egress.
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The `limits` settings group (docs/fair-share.md) as MCPTASKS_* variables: one source for the gateway (quota,
+creation rates) and the operator (running budgets).
+*/}}
+{{- define "mcp-tasks.limitsEnv" -}}
+{{- with .Values.limits -}}
+- {name: MCPTASKS_MAX_RUNNING_PER_TENANT, value: {{ .maxRunningPerTenant | int64 | quote }}}
+- {name: MCPTASKS_MAX_RUNNING_PER_PRINCIPAL, value: {{ .maxRunningPerPrincipal | int64 | quote }}}
+- {name: MCPTASKS_MAX_UNFINISHED_PER_PRINCIPAL, value: {{ .maxUnfinishedPerPrincipal | int64 | quote }}}
+- {name: MCPTASKS_TASK_CREATE_RATE_PER_PRINCIPAL, value: {{ .taskCreateRatePerPrincipal | quote }}}
+- {name: MCPTASKS_TASK_CREATE_BURST_PER_PRINCIPAL, value: {{ .taskCreateBurstPerPrincipal | int64 | quote }}}
+- {name: MCPTASKS_TASK_CREATE_RATE_PER_TENANT, value: {{ .taskCreateRatePerTenant | quote }}}
+- {name: MCPTASKS_TASK_CREATE_BURST_PER_TENANT, value: {{ .taskCreateBurstPerTenant | int64 | quote }}}
+- {name: MCPTASKS_TENANT_LIMITS, value: {{ if .tenants }}{{ toJson .tenants | quote }}{{ else }}""{{ end }}}
+- {name: MCPTASKS_METRICS_TENANTS, value: {{ join "," .metricsTenants | quote }}}
+{{- end -}}
+{{- end -}}
