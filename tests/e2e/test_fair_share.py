@@ -24,9 +24,11 @@ from mcp_types import jsonrpc
 
 from mcp_tasks.cli.settings import Settings
 from mcp_tasks.client import TasksClientExtension
+from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.tasks import fair_share
 from mcp_tasks.tasks.limits import LimitSettings, TenantOverrides
 from tests.conftest import Embedded, McpHttp, server_settings, serving, until, with_tokens
+from tests.metrics import Samples, scrape, value
 
 
 def limited(tmp_path: Path, limits: LimitSettings, **runner: Any) -> Settings:
@@ -203,3 +205,59 @@ async def test_the_creation_rate_answers_429_with_retry_after_through_the_offici
         assert await server.store.count() == stored
         async with clients(server) as (_alice, bob, _eve):
             assert (await bob.call_tool("sleeper", {"seconds": 0})).status == 200
+
+
+async def test_queues_refusals_and_fast_polls_are_counted_with_bounded_tenant_labels(tmp_path: Path) -> None:
+    """Metrics (docs/operations.md): queued and running tasks by tenant each sweep, refusals by the limit
+    that refused, `tasks/get` sooner than `pollIntervalMs`; a tenant gets its own label only when listed
+    (`MCPTASKS_METRICS_TENANTS`), every other one is `other`."""
+    limits = LimitSettings(max_unfinished_per_principal=2, metrics_tenants=frozenset({"acme"}))
+    runner, port = await start_metrics_server("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        async with (
+            serving(limited(tmp_path, limits, max_concurrent_tasks=1)) as server,
+            clients(server) as (
+                alice,
+                _bob,
+                eve,
+            ),
+        ):
+            before = await scrape(alice.session, url)
+            running = await alice.start_task("gated", {"gate": str(tmp_path / "a")})
+            await until_leased(server, running)
+            queued = await eve.start_task("gated", {"gate": str(tmp_path / "e")})
+            await eve.start_task("gated", {"gate": str(tmp_path / "e2")})
+            assert (await eve.call_tool("gated", {"gate": str(tmp_path / "e3")})).status == 429
+            await eve.get(queued)
+            await eve.get(queued)  # at once: sooner than its pollIntervalMs (1000 ms)
+
+            def counted(samples: Samples) -> bool:
+                return (
+                    value(samples, "mcptasks_tasks_queued", tenant="other") == 2
+                    and value(samples, "mcptasks_tasks_running", tenant="acme") == 1
+                )
+
+            during = await until(lambda: _scraped(alice.session, url, counted))
+            assert value(during, "mcptasks_tasks_queued", tenant="acme") == 0
+            assert not [labels for name, labels, _ in _series(during) if "evil" in labels.values()]
+            refusals = "mcptasks_limit_refusals_total"
+            assert (
+                value(during, refusals, limit="max_unfinished_per_principal", tenant="other")
+                - value(before, refusals, limit="max_unfinished_per_principal", tenant="other")
+                == 1
+            )
+            fast = value(during, "mcptasks_fast_polls_total", tenant="other")
+            assert fast - value(before, "mcptasks_fast_polls_total", tenant="other") >= 1
+            await open_gate(tmp_path / "a", alice, running)
+    finally:
+        await runner.cleanup()
+
+
+async def _scraped(session: aiohttp.ClientSession, url: str, holds: Any) -> Samples | None:
+    samples = await scrape(session, url)
+    return samples if holds(samples) else None
+
+
+def _series(samples: Samples) -> list[tuple[str, dict[str, str], float]]:
+    return [(name, dict(labels), number) for (name, labels), number in samples.items()]
