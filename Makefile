@@ -102,6 +102,7 @@ bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.warm
+	$(BIN)/python -m bench.mcp_servers
 	$(BIN)/python -m bench.call_auth
 	$(BIN)/python -m bench.request_memory
 	$(BIN)/python -m bench.versus_fastmcp $(if $(BASELINE),--baseline $(BASELINE))
