@@ -8,13 +8,16 @@ arguments) for each name in `<journal>.tools`, when that file exists. Tools:
   `size` bytes of text;
 - `hang`: never answers (until its stdin closes);
 - `die`: exits at once, mid-call;
-- `refuse`: answers with a JSON-RPC error (-32050, "refused by the server", data `{"why": "test"}`).
+- `refuse`: answers with a JSON-RPC error (-32050, "refused by the server", data `{"why": "test"}`);
+- `slow`: reports progress 0 of 1 at once and answers after `seconds` from a timer thread, so calls overlap
+  on one connection (the journal then gets `{"answered": <request id>}`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +28,26 @@ TOOLS = [
         ("hang", {}),
         ("die", {"annotations": {"idempotentHint": False}}),
         ("refuse", {}),
+        ("slow", {}),
     )
 ]
 
 
+_LOCK = threading.Lock()
+
+
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+    with _LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def main() -> None:
     journal = open(sys.argv[1], "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
     for line in sys.stdin:
-        journal.write(line)
-        journal.flush()
+        with _LOCK:
+            journal.write(line)
+            journal.flush()
         message = json.loads(line)
         method, ident = message.get("method"), message.get("id")
         if method == "initialize":
@@ -64,6 +74,30 @@ def main() -> None:
             if name == "die":
                 sys.exit(3)
             if name == "hang":
+                continue
+            if name == "slow":
+                if token is not None:
+                    send(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/progress",
+                            "params": {"progressToken": token, "progress": 0, "total": 1},
+                        }
+                    )
+
+                def answer(ident: Any = ident) -> None:
+                    send(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": ident,
+                            "result": {"content": [{"type": "text", "text": f"slow {ident}"}]},
+                        }
+                    )
+                    with _LOCK:
+                        journal.write(json.dumps({"answered": ident}) + "\n")
+                        journal.flush()
+
+                threading.Timer(float(arguments.get("seconds", 1)), answer).start()
                 continue
             if name == "refuse":
                 error = {"code": -32050, "message": "refused by the server", "data": {"why": "test"}}

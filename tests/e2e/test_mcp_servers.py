@@ -333,7 +333,7 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
         hang = await mcp.start_task("hang", {})
         await until(lambda: _sent(journal, "hang"), timeout_s=20)
         listed = await mcp.request("tools/list", {})
-        assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die", "refuse"}
+        assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die", "refuse", "slow"}
         await mcp.cancel(hang)
         assert (await mcp.wait_status(hang, "cancelled", "completed", "failed", timeout_s=20))["status"] == "cancelled"
         await until(lambda: _cancelled(journal), timeout_s=20)
@@ -385,3 +385,32 @@ async def test_a_resync_lists_the_tools_a_server_gained_and_drops_those_it_lost(
 
 async def _has(listed: Any, name: str, present: bool = True) -> bool:
     return (name in await listed()) == present
+
+
+async def test_warm_calls_overlap_on_one_connection_each_with_its_own_request_id_and_progress_token(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """McpServer `warm` (issue: one connection, concurrent calls): two tasks in flight at once reach one server
+    after one handshake, with distinct JSON-RPC ids and progress tokens, and each gets its own answer."""
+    journal = tmp_path / "journal.ndjson"
+    script = Path(__file__).resolve().parent.parent / "hostile_mcp_server.py"
+    manifest = server_manifest(
+        "hostile", [sys.executable, str(script), str(journal)], warm={"minWorkers": 1, "concurrency": 2}
+    )
+    folder = write_folder(tmp_path / "tools", manifest)
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+        mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
+        first = await mcp.start_task("slow", {"seconds": 3})
+        second = await mcp.start_task("slow", {"seconds": 3})
+        ends = [await mcp.wait_status(task, "completed", "failed", timeout_s=30) for task in (first, second)]
+    messages = [json.loads(line) for line in journal.read_text().splitlines()]
+    calls = [m for m in messages if m.get("method") == "tools/call" and m["params"]["name"] == "slow"]
+    assert len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
+    tokens = {call["params"]["_meta"]["progressToken"] for call in calls}
+    assert len(tokens) == 2, calls
+    assert [m.get("method") for m in messages].count("initialize") == 2, "discovery's, then the warm worker's"
+    second_sent = messages.index(calls[1])
+    first_answered = messages.index({"answered": calls[0]["id"]})
+    assert second_sent < first_answered, "the second call went out while the first was still running"
+    assert sorted(end["result"]["content"][0]["text"] for end in ends) == sorted(f"slow {c['id']}" for c in calls)
