@@ -49,6 +49,8 @@ class Services:
     """This replica's token buckets of task creation (sized by `limits.rate_limit_max_keys` at composition)."""
     poll_pace: PollPace = field(default_factory=PollPace)
     """When each task was last read here (`mcptasks_fast_polls_total`)."""
+    quota_locks: tuple[asyncio.Lock, ...] = field(default_factory=lambda: tuple(asyncio.Lock() for _ in range(64)))
+    """Striped by principal: a quota's count and the create it admits hold one (`tool_calls.admit_creation`)."""
 
 
 class Era(StrEnum):

@@ -14,8 +14,10 @@ a tool that hands off skips the rounds and policy: its task is created and named
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from mcp_tasks.gateway import handoff, input_rounds, request_state
@@ -215,13 +217,17 @@ def _pre_creation_round(
     )
 
 
-async def admit_creation(ctx: RequestContext) -> None:
-    """Whether the caller may create one more task now (docs/fair-share.md); nothing is stored either way.
+@contextlib.asynccontextmanager
+async def admit_creation(ctx: RequestContext) -> AsyncIterator[None]:
+    """Hold the caller's right to create one more task for the block (docs/fair-share.md); nothing is stored
+    when it refuses.
 
     First the creation rates (a token from the principal's bucket and from its tenant's, both or neither;
     memory only), then the unfinished-task quota (one count in the task store's index, up to the quota;
     skipped by a store that cannot count, `interfaces.FairQueue`). A call refused by the quota has spent its
-    tokens: an attempt counts against the rate whatever its outcome.
+    tokens: an attempt counts against the rate whatever its outcome. With a quota, the count and the
+    block (the create) hold one of `Services.quota_locks`, picked by the principal, so concurrent calls of
+    one principal on this replica cannot both pass at its last free place (replicas still can, by one each).
 
     Raises:
         LimitReached: over `task_create_rate_per_principal` / `_per_tenant` (with `retry_after_ms`) or
@@ -231,7 +237,8 @@ async def admit_creation(ctx: RequestContext) -> None:
     services = ctx.services
     limits = services.limits
     if not limits.limits_creation:
-        return  # nothing to count: the create path pays nothing for limits it does not have
+        yield  # nothing to count: the create path pays nothing for limits it does not have
+        return
     owner = ctx.owner
     own = limits.for_tenant(owner.tenant)
     refused = services.rate_limits.take(
@@ -263,7 +270,11 @@ async def admit_creation(ctx: RequestContext) -> None:
         )
     quota = own.max_unfinished_per_principal
     store = services.store
-    if quota and isinstance(store, FairQueue):
+    if not quota or not isinstance(store, FairQueue):
+        yield
+        return
+    locks = services.quota_locks
+    async with locks[hash(owner) % len(locks)]:
         held = await store.unfinished_of(owner, quota)
         if fair_share.over_quota(held, owner, limits) is not None:
             label = metrics.tenant_label(owner.tenant, limits.metrics_tenants)
@@ -274,6 +285,7 @@ async def admit_creation(ctx: RequestContext) -> None:
                 "max_unfinished_per_principal",
                 quota,
             )
+        yield
 
 
 async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
@@ -285,7 +297,12 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
     Raises:
         LimitReached: `admit_creation` refuses (429, nothing stored).
     """
-    await admit_creation(ctx)
+    async with admit_creation(ctx):
+        return await _store_task(ctx, tool, arguments, pre_input)
+
+
+async def _store_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
+    """`_create_task` once admitted."""
     state = ctx.params.get("requestState")
     task_id = (
         request_state.task_id_for(ctx.services.settings.request_state_secret, state)

@@ -8,6 +8,7 @@ two tenants (`acme`: alice, bob; `evil`: eve), and the official `mcp` SDK client
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -261,3 +262,17 @@ async def _scraped(session: aiohttp.ClientSession, url: str, holds: Any) -> Samp
 
 def _series(samples: Samples) -> list[tuple[str, dict[str, str], float]]:
     return [(name, dict(labels), number) for (name, labels), number in samples.items()]
+
+
+async def test_concurrent_calls_of_one_principal_cannot_pass_its_quota_together(tmp_path: Path) -> None:
+    """Six `tools/call` of one principal at once against a quota of 2: exactly two tasks are stored, four
+    refused (the quota's count and the create hold one lock per principal on a replica)."""
+    settings = limited(tmp_path, LimitSettings(max_unfinished_per_principal=2), max_concurrent_tasks=1)
+    async with serving(settings) as server, clients(server) as (alice, _bob, _eve):
+        replies = await asyncio.gather(*(alice.call_tool("gated", {"gate": str(tmp_path / f"g{i}")}) for i in range(6)))
+        assert sorted(reply.status for reply in replies) == [200, 200, 429, 429, 429, 429]
+        assert await server.store.count() == 2
+        for i, reply in enumerate(replies):
+            if reply.status == 200:
+                (tmp_path / f"g{i}").touch()
+                await alice.wait_status(reply.result["taskId"], "completed")
