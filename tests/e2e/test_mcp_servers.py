@@ -200,6 +200,21 @@ async def test_a_call_without_the_tasks_extension_is_answered_synchronously(clie
     assert reply.result["content"][0]["text"] == "The sum of 2 and 3 is 5."
 
 
+async def test_a_synchronous_call_takes_the_servers_elicitation_as_an_input_round(client: McpHttp) -> None:
+    """The synchronous path with input (issue: "its server-to-client requests as input rounds (MRTR) exactly as
+    for native tools"): a 2026-07-28 client without the extension gets an `InputRequiredResult`, retries with
+    the answer and its `requestState`, and the same run on the server goes on (SEP-2322)."""
+    caps = {"elicitation": {}}
+    first = (await client.call_tool("trigger-elicitation-request", {}, caps=caps)).result
+    assert first["resultType"] == "input_required", first
+    ((key, request),) = first["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    answer = {"inputResponses": {key: {"action": "accept", "content": {"name": "Grace Hopper"}}}}
+    extra = {**answer, "requestState": first["requestState"]}
+    done = (await client.call_tool("trigger-elicitation-request", {}, caps=caps, extra=extra)).result
+    assert "- Name: Grace Hopper" in json.dumps(done["content"]), done
+
+
 async def test_a_streamable_http_server_gets_a_free_port_per_call(
     tmp_path: Path, http_session: aiohttp.ClientSession
 ) -> None:
