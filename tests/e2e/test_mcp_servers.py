@@ -204,7 +204,7 @@ async def test_a_synchronous_call_takes_the_servers_elicitation_as_an_input_roun
     """The synchronous path with input (issue: "its server-to-client requests as input rounds (MRTR) exactly as
     for native tools"): a 2026-07-28 client without the extension gets an `InputRequiredResult`, retries with
     the answer and its `requestState`, and the same run on the server goes on (SEP-2322)."""
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     first = (await client.call_tool("trigger-elicitation-request", {}, caps=caps)).result
     assert first["resultType"] == "input_required", first
     ((key, request),) = first["inputRequests"].items()
