@@ -77,6 +77,8 @@ PASS_S: Final = 30.0
 """Longest wait between passes (a failed write, a Job that ended), in seconds."""
 MAX_REPORT_BYTES: Final = 8 * 1024 * 1024
 """Largest discovery report accepted, in bytes (an McpServer object holds at most ~1.5 MB in etcd)."""
+INSTRUCTIONS_LIMIT: Final = 65536
+"""The most of a server's `instructions` kept in status, in characters (the CRD's `maxLength`)."""
 VERIFIED_FOR_S: Final = 60.0
 MESSAGE_LIMIT: Final = 1000
 CONDITION_DISCOVERED: Final = "Discovered"
@@ -268,7 +270,7 @@ def discovery_from_report(body: Any) -> JsonObject:
         "tools": tools,
     }
     instructions = found.get("instructions")
-    status["instructions"] = instructions if isinstance(instructions, str) else None
+    status["instructions"] = instructions[:INSTRUCTIONS_LIMIT] if isinstance(instructions, str) else None
     return status
 
 

@@ -73,6 +73,8 @@ def test_a_report_must_be_a_discovery() -> None:
     report = {"protocolVersion": "2025-11-25", "serverInfo": {"name": "e"}, "tools": [{"name": "x"}], "extra": 1}
     fields = discovery_from_report({"result": {"content": [], "structuredContent": report}})
     assert fields["tools"] == [{"name": "x"}] and fields["protocolVersion"] == "2025-11-25" and "extra" not in fields
+    long = discovery_from_report({"result": {"structuredContent": {**report, "instructions": "i" * 70_000}}})
+    assert len(long["instructions"]) == 65536  # the CRD's maxLength: the status patch would be refused
     bad_reports: list[dict[str, Any]] = [
         {},
         {"result": {"content": []}},
