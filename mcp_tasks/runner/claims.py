@@ -133,6 +133,7 @@ class Claimer:
         ctx = self.ctx
         capacity = ctx.settings.max_concurrent_tasks - ctx.running_tasks
         if capacity <= 0:
+            await self._settle_cancelled()
             return
         records = self._handed_over(capacity)
         if records is None and self._fair is not None:
@@ -172,6 +173,26 @@ class Claimer:
         more = len(heads) > len(picked) or len(records) < len(picked) or max(per_principal.values()) >= slots
         more = more or view.lapsed > len(lapsed)
         return lapsed + records, more  # a principal that filled its `slots` heads may have more waiting
+
+    async def _settle_cancelled(self) -> None:
+        """With no free slot: settle the handed-over tasks cancelled before they ever ran (they need no slot),
+        so a cancelled queued task does not wait for one; anything else handed over is left to the next
+        query.
+        """
+        if self._created is None:
+            return
+        handed = self._created.take_runnable()
+        if not handed and handed is not None:
+            return
+        self._query = True  # the rest of the hand-over is found by the next query
+        cancelled = {
+            record.task_id: record
+            for record in handed or ()
+            if record.cancel_requested_at is not None and record.lease is None and not record.status.is_terminal
+        }
+        for record in cancelled.values():
+            if record.task_id not in self.ctx.supervisors:
+                await self._claim_one(record)
 
     def _handed_over(self, capacity: int) -> list[TaskRecord] | None:
         """The tasks this process made runnable since the last pass (the latest record of each), when they

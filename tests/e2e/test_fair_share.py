@@ -276,3 +276,26 @@ async def test_concurrent_calls_of_one_principal_cannot_pass_its_quota_together(
             if reply.status == 200:
                 (tmp_path / f"g{i}").touch()
                 await alice.wait_status(reply.result["taskId"], "completed")
+
+
+async def test_a_queued_task_cancelled_while_every_slot_is_busy_ends_without_waiting_for_a_slot(
+    tmp_path: Path,
+) -> None:
+    """Our choice: a cancel of a task that never ran needs no slot, so it settles `cancelled` while the one
+    slot stays busy (before, it waited for the slot and said `queued:` meanwhile)."""
+    async with (
+        serving(limited(tmp_path, LimitSettings(), max_concurrent_tasks=1)) as server,
+        clients(server) as (
+            alice,
+            _bob,
+            _eve,
+        ),
+    ):
+        running = await alice.start_task("gated", {"gate": str(tmp_path / "a")})
+        await until_leased(server, running)
+        queued = await alice.start_task("gated", {"gate": str(tmp_path / "b")})
+        assert (await alice.cancel(queued)).status == 200
+        done = await alice.wait_status(queued, "cancelled")
+        assert done["status"] == "cancelled"
+        assert (await alice.get(running)).result["status"] == "working"
+        await open_gate(tmp_path / "a", alice, running)
