@@ -3,7 +3,7 @@
 The runtime's warm serve loop (`runtime.serve`, docs/tool-runtime.md §7) runs `WarmBridge.main` once per
 call, each in its own thread, up to `warm.concurrency` at once. Every call goes over the same connection
 to one server process, with its own JSON-RPC request id and progress token (the SDK assigns both), from an
-event loop in a background thread (an anyio blocking portal). A server request (elicitation, sampling,
+event loop in a background (daemon) thread. A server request (elicitation, sampling,
 roots) is put to the one call in flight; with several in flight it is refused, since neither stdio nor
 the SDK relates a server request to the client request it serves. A lost connection is opened again for
 the next call; the calls it carried follow the outcome rule (`bridge.call`).
@@ -11,14 +11,13 @@ the next call; the calls it carried follow the outcome rule (`bridge.call`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from typing import Any
 
 import anyio
 import anyio.from_thread
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.lowlevel import EventLoopToken
 from mcp import Client
 
 from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
@@ -29,12 +28,14 @@ from mcp_tasks.runtime.tool import CallCancelled
 
 logger = logging.getLogger("mcp_tasks.bridge")
 
+LOOP_START_TIMEOUT_S = 30.0
+"""Longest wait for the bridge's event loop thread to start, in seconds."""
 CANCEL_POLL_S = 0.1
 """How often a warm call checks whether it was cancelled (the runtime offers a flag, not an event), in seconds."""
 
 
 class _Connection:
-    """One open client, held by its own task in the portal (anyio scopes close in the task that opened them)."""
+    """One open client, held by its own task in the bridge loop (anyio scopes close in the task that opened them)."""
 
     def __init__(self, client: Client, closing: anyio.Event) -> None:
         self.client = client
@@ -50,8 +51,14 @@ class WarmBridge:
         self._idempotent = idempotent
         self._calls: dict[int, ToolContext] = {}
         self._calls_lock = threading.Lock()
-        self._portal_cm = anyio.from_thread.start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
+        self._ready = threading.Event()
+        self._token: EventLoopToken | None = None
+        self._group: TaskGroup | None = None
+        # A daemon thread, not a blocking portal: a portal's thread is joined at interpreter exit, which would
+        # keep a draining warm worker from exiting until it is killed.
+        threading.Thread(target=anyio.run, args=(self._run_loop,), name="bridge-loop", daemon=True).start()
+        if not self._ready.wait(LOOP_START_TIMEOUT_S):
+            raise RuntimeError("the bridge's event loop did not start")
         self._connection: _Connection | None = None
         self._connecting: anyio.Lock | None = None
         requests = ServerRequests(self._resolve)
@@ -59,6 +66,14 @@ class WarmBridge:
         self._handlers = Handlers(
             requests.sampling, requests.elicitation, requests.list_roots, messages.logging, messages.message
         )
+
+    async def _run_loop(self) -> None:
+        """The event loop's root: owns the connection holders' task group, for the process's life."""
+        self._token = anyio.lowlevel.current_token()
+        async with anyio.create_task_group() as group:
+            self._group = group
+            self._ready.set()
+            await anyio.sleep_forever()
 
     def _resolve(self) -> ToolContext | str:
         with self._calls_lock:
@@ -80,7 +95,7 @@ class WarmBridge:
         with self._calls_lock:
             self._calls[key] = ctx
         try:
-            outcome: Json | None = self._portal.call(self._call, ctx)
+            outcome: Json | None = anyio.from_thread.run(self._call, ctx, token=self._token)
         finally:
             with self._calls_lock:
                 self._calls.pop(key, None)
@@ -100,11 +115,9 @@ class WarmBridge:
             self._connecting = anyio.Lock()
         async with self._connecting:
             if self._connection is None:
-                self._connection = await self._portal_task_group().start(self._hold)
+                assert self._group is not None  # set before `_ready`
+                self._connection = await self._group.start(self._hold)
             return self._connection
-
-    def _portal_task_group(self) -> Any:
-        return self._portal._task_group  # the portal's own task group owns the holder task
 
     async def _drop(self, connection: _Connection) -> None:
         if self._connection is connection:
@@ -152,10 +165,3 @@ class WarmBridge:
             if not self._idempotent:
                 return outcome_unknown(self._target.server, self._tool, why)
         return outcome_unknown(self._target.server, self._tool, f"lost {MAX_SENDS} times; last: {why}")
-
-    def close(self) -> None:
-        """Close the connection (stopping the server) and the portal."""
-        with contextlib.suppress(Exception):
-            if self._connection is not None:
-                self._portal.call(self._drop, self._connection)
-        self._portal_cm.__exit__(None, None, None)
