@@ -28,6 +28,8 @@ from mcp_tasks.runtime import contract
 def main(argv: list[str]) -> None:
     """Run the bridge (see the module docstring)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="mcp-tasks bridge: %(message)s")
+    # The SDK logs every unparsable stdout line with a traceback; `mapping.ServerMessages` reports them, bounded.
+    logging.getLogger("mcp.client.stdio").setLevel(logging.CRITICAL)
     try:
         target = Target.from_environment(os.environ)
     except BridgeConfigError as exc:

@@ -21,11 +21,13 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from pydantic import BaseModel, ValidationError
 
 from mcp_tasks.runtime import ClientLacksCapability, InputRequestFailed, ToolContext, WorkerApiError
+from mcp_tasks.runtime.tool import CallCancelled
 
 logger = logging.getLogger("mcp_tasks.bridge")
 
@@ -138,6 +140,8 @@ class Progress:
                 await anyio.to_thread.run_sync(self._ctx.progress, *latest, abandon_on_cancel=True)
             except WorkerApiError as exc:  # progress is advisory: a refused report does not end the call
                 logger.warning("progress not reported: %s", exc)
+            except CallCancelled:  # a warm call that was cancelled meanwhile: its watcher ends the call
+                return
 
 
 class ServerMessages:
