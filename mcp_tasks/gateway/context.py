@@ -44,13 +44,13 @@ class Services:
     settings: GatewaySettings
     live_calls: LiveCalls = field(default_factory=LiveCalls)
     limits: LimitSettings = field(default_factory=LimitSettings)
-    """Quotas and rates of task creation (`tool_calls.admit_creation`); the executor applies the running budgets."""
+    """Quotas and rates of task creation (`admission.admit_creation`); the executor applies the running budgets."""
     rate_limits: TokenBuckets = field(default_factory=lambda: TokenBuckets(LimitSettings().rate_limit_max_keys))
     """This replica's token buckets of task creation (sized by `limits.rate_limit_max_keys` at composition)."""
     poll_pace: PollPace = field(default_factory=PollPace)
     """When each task was last read here (`mcptasks_fast_polls_total`)."""
     quota_locks: tuple[asyncio.Lock, ...] = field(default_factory=lambda: tuple(asyncio.Lock() for _ in range(64)))
-    """Striped by principal: a quota's count and the create it admits hold one (`tool_calls.admit_creation`)."""
+    """Striped by principal: a quota's count and the create it admits hold one (`admission.admit_creation`)."""
 
 
 class Era(StrEnum):

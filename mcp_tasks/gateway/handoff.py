@@ -40,7 +40,7 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from mcp_types import Tool, ToolAnnotations
 
-from mcp_tasks.gateway import task_methods
+from mcp_tasks.gateway import admission, task_methods
 from mcp_tasks.gateway.context import RequestContext
 from mcp_tasks.gateway.identity import scopes
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
@@ -282,6 +282,7 @@ async def start(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> J
 
     Raises:
         StoreUnavailable: the task could not be stored (-32603 family, by the one mapper).
+        LimitReached: over the caller's creation rate or unfinished-task quota (429, nothing stored).
     """
     record = transitions.new_task(
         mint_task_id(),
@@ -293,8 +294,9 @@ async def start(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject) -> J
     )
     meta = ctx.params.get("_meta")
     client_trace = tracing.valid_traceparent(meta.get(tracing.META_TRACEPARENT) if isinstance(meta, dict) else None)
-    with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
-        stored = await ctx.services.store.create(dataclasses.replace(record, traceparent=traceparent))
+    async with admission.admit_creation(ctx):  # the caller's rates and quota, as for any task (429)
+        with tracing.span("mcp.task.create", client_trace, {"mcp.tool": tool.name}, server=True) as traceparent:
+            stored = await ctx.services.store.create(dataclasses.replace(record, traceparent=traceparent))
     logger.info(
         "task created (handed off)",
         extra={"taskId": stored.task_id, "tool": tool.name, "tenant": ctx.owner.tenant_hash},

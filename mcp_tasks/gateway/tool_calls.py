@@ -6,31 +6,28 @@ Order (protocol.md §4.3, §7.1; conformance.md §2): unknown tool → -32602; `
 extension → -32021; a `requestState` of a run under way → its next input round (`input_rounds`);
 `inputBeforeTask` → `InputRequiredResult` rounds; then either a task (`CreateTaskResult`, returned
 only after the store committed it, and only within the caller's creation rate and unfinished-task quota:
-`admit_creation`, 429 otherwise, nothing stored) or a synchronous run, which answers `InputRequiredResult` if the
-tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored. A call without the extension of
-a tool that hands off skips the rounds and policy: its task is created and named in a `CallToolResult`
-(`handoff`).
+`admission.admit_creation`, 429 otherwise, nothing stored) or a synchronous run, which answers
+`InputRequiredResult` if the tool asks for input mid-run (SEP-2322). A legacy `params.task` is ignored.
+A call without the extension of a tool that hands off skips the rounds and policy: its task is created
+(within the same limits) and named in a `CallToolResult` (`handoff`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
-from mcp_tasks.gateway import handoff, input_rounds, request_state
+from mcp_tasks.gateway import admission, handoff, input_rounds, request_state
 from mcp_tasks.gateway.context import ClientGone, RequestContext, unless_client_gone
-from mcp_tasks.gateway.rate_limits import Bucket, retry_after_ms
-from mcp_tasks.observability import metrics, tracing
+from mcp_tasks.observability import tracing
 from mcp_tasks.protocol import constants, inputs, param_headers
 from mcp_tasks.protocol.errors import InvalidParams, JsonObject, MissingRequiredClientCapability
 from mcp_tasks.protocol.params import CallToolParams
-from mcp_tasks.tasks import fair_share, transitions
-from mcp_tasks.tasks.errors import LimitReached, VersionConflict
+from mcp_tasks.tasks import transitions
+from mcp_tasks.tasks.errors import VersionConflict
 from mcp_tasks.tasks.ids import mint_task_id
-from mcp_tasks.tasks.interfaces import FairQueue, InlineCall, InputNeeded
+from mcp_tasks.tasks.interfaces import InlineCall, InputNeeded
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
@@ -217,77 +214,6 @@ def _pre_creation_round(
     )
 
 
-@contextlib.asynccontextmanager
-async def admit_creation(ctx: RequestContext) -> AsyncIterator[None]:
-    """Hold the caller's right to create one more task for the block (docs/fair-share.md); nothing is stored
-    when it refuses.
-
-    First the creation rates (a token from the principal's bucket and from its tenant's, both or neither;
-    memory only), then the unfinished-task quota (one count in the task store's index, up to the quota;
-    skipped by a store that cannot count, `interfaces.FairQueue`). A call refused by the quota has spent its
-    tokens: an attempt counts against the rate whatever its outcome. With a quota, the count and the
-    block (the create) hold one of `Services.quota_locks`, picked by the principal, so concurrent calls of
-    one principal on this replica cannot both pass at its last free place (replicas still can, by one each).
-
-    Raises:
-        LimitReached: over `task_create_rate_per_principal` / `_per_tenant` (with `retry_after_ms`) or
-            `max_unfinished_per_principal` (without: only finishing or cancelling tasks makes room). The
-            gateway answers -32603 with HTTP 429 and `data.limit` (`transport._DOMAIN_ERRORS`).
-    """
-    services = ctx.services
-    limits = services.limits
-    if not limits.limits_creation:
-        yield  # nothing to count: the create path pays nothing for limits it does not have
-        return
-    owner = ctx.owner
-    own = limits.for_tenant(owner.tenant)
-    refused = services.rate_limits.take(
-        (
-            Bucket(
-                ("principal", owner),
-                own.task_create_rate_per_principal,
-                own.task_create_burst_per_principal,
-                "task_create_rate_per_principal",
-            ),
-            Bucket(
-                ("tenant", owner.tenant),
-                own.task_create_rate_per_tenant,
-                own.task_create_burst_per_tenant,
-                "task_create_rate_per_tenant",
-            ),
-        )
-    )
-    if refused is not None:
-        bucket, wait_s = refused
-        metrics.LIMIT_REFUSALS.labels(bucket.limit, metrics.tenant_label(owner.tenant, limits.metrics_tenants)).inc()
-        whose = "you" if bucket.limit.endswith("principal") else "your tenant"
-        raise LimitReached(
-            f"Too many tasks created: {whose} may create {bucket.rate_per_s:g} per second (burst {bucket.burst}, "
-            f"{bucket.limit}); retry in {wait_s:.2f}s",
-            bucket.limit,
-            bucket.rate_per_s,
-            retry_after_ms(wait_s),
-        )
-    quota = own.max_unfinished_per_principal
-    store = services.store
-    if not quota or not isinstance(store, FairQueue):
-        yield
-        return
-    locks = services.quota_locks
-    async with locks[hash(owner) % len(locks)]:
-        held = await store.unfinished_of(owner, quota)
-        if fair_share.over_quota(held, owner, limits) is not None:
-            label = metrics.tenant_label(owner.tenant, limits.metrics_tenants)
-            metrics.LIMIT_REFUSALS.labels("max_unfinished_per_principal", label).inc()
-            raise LimitReached(
-                f"Too many unfinished tasks: you hold {held}, the most allowed (max_unfinished_per_principal); "
-                "wait for some to finish, or cancel some with tasks/cancel, then call again",
-                "max_unfinished_per_principal",
-                quota,
-            )
-        yield
-
-
 async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, pre_input: JsonObject) -> JsonObject:
     """Insert the task and answer only after the store committed it (SEP-2663: durable before the handle).
 
@@ -295,9 +221,9 @@ async def _create_task(ctx: RequestContext, tool: ToolSpec, arguments: JsonObjec
     replayed or retried final round hands back the same task instead of starting the work twice.
 
     Raises:
-        LimitReached: `admit_creation` refuses (429, nothing stored).
+        LimitReached: `admission.admit_creation` refuses (429, nothing stored).
     """
-    async with admit_creation(ctx):
+    async with admission.admit_creation(ctx):
         return await _store_task(ctx, tool, arguments, pre_input)
 
 

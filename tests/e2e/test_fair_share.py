@@ -28,7 +28,7 @@ from mcp_tasks.client import TasksClientExtension
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.tasks import fair_share
 from mcp_tasks.tasks.limits import LimitSettings, TenantOverrides
-from tests.conftest import Embedded, McpHttp, server_settings, serving, until, with_tokens
+from tests.conftest import PLAIN_CAPS, Embedded, McpHttp, server_settings, serving, until, with_tokens
 from tests.metrics import Samples, scrape, value
 
 
@@ -299,3 +299,17 @@ async def test_a_queued_task_cancelled_while_every_slot_is_busy_ends_without_wai
         assert done["status"] == "cancelled"
         assert (await alice.get(running)).result["status"] == "working"
         await open_gate(tmp_path / "a", alice, running)
+
+
+async def test_a_call_handed_off_to_a_task_is_held_to_the_same_quota(tmp_path: Path) -> None:
+    """A host without the tasks extension gets tasks through the handoff (docs/handoff.md): the quota
+    applies to them too, 429 and nothing stored, so it cannot be bypassed by leaving the extension out."""
+    settings = limited(tmp_path, LimitSettings(max_unfinished_per_principal=1), max_concurrent_tasks=1)
+    settings = replace(settings, gateway=replace(settings.gateway, handoff_default=True))
+    async with serving(settings) as server, clients(server) as (alice, _bob, _eve):
+        first = await alice.call_tool("gated", {"gate": str(tmp_path / "a")}, caps=PLAIN_CAPS)
+        assert first.status == 200 and "taskId" in str(first.result), first.body
+        refused = await alice.call_tool("gated", {"gate": str(tmp_path / "b")}, caps=PLAIN_CAPS)
+        assert refused.status == 429 and refused.error["data"]["limit"] == "max_unfinished_per_principal"
+        assert await server.store.count() == 1
+        (tmp_path / "a").touch()
