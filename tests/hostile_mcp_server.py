@@ -6,7 +6,7 @@ arguments) for each name in `<journal>.tools`, when that file exists. Tools:
 - `flood`: before answering, writes a malformed line, a line that is JSON but no JSON-RPC message, a request
   of a method no client has, `count` progress notifications and `count` log messages, then a result of
   `size` bytes of text;
-- `hang`: never answers (until its stdin closes);
+- `hang`: logs `hanging` (`notifications/message`, level warning, logger `h`), then never answers;
 - `die`: exits at once, mid-call;
 - `refuse`: answers with a JSON-RPC error (-32050, "refused by the server", data `{"why": "test"}`);
 - `slow`: reports progress 0 of 1 at once and answers after `seconds` from a timer thread, so calls overlap
@@ -74,6 +74,13 @@ def main() -> None:
             if name == "die":
                 sys.exit(3)
             if name == "hang":
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {"level": "warning", "logger": "h", "data": "hanging"},
+                    }
+                )
                 continue
             if name == "slow":
                 if token is not None:

@@ -327,7 +327,8 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
 ) -> None:
     """Least privilege (issue: hostile servers): malformed JSON on stdout, an unknown notification and a request
     of an unknown method, 5000 progress and 5000 log notifications, then a 3 MB result: the task completes,
-    the result is an artifact link (the inline cap holds); a server that never answers is cancelled, and it
+    the result is an artifact link (the inline cap holds); `notifications/message` becomes a line of the
+    bridge's stderr (mapping row: log lines); a server that never answers is cancelled, and it
     got `notifications/cancelled` for the call it was sent; one that exits mid-call leaves the outcome
     unknown (not idempotent); a JSON-RPC error answer fails the task with that error."""
     journal = tmp_path / "journal.ndjson"
@@ -347,6 +348,8 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
         assert any(block["type"] == "resource_link" for block in done["result"]["content"]), done
         hang = await mcp.start_task("hang", {})
         await until(lambda: _sent(journal, "hang"), timeout_s=20)
+        runs = tmp_path / "data" / "runs"
+        await until(lambda: _logged(runs, "[hostile] warning h: hanging"), timeout_s=20)
         listed = await mcp.request("tools/list", {})
         assert {tool["name"] for tool in listed.result["tools"]} == {"flood", "hang", "die", "refuse", "slow"}
         await mcp.cancel(hang)
@@ -359,6 +362,11 @@ async def test_a_hostile_server_cannot_crash_or_stall_the_bridge_or_the_gateway(
         refused = await mcp.wait_status(await mcp.start_task("refuse", {}), "completed", "failed", timeout_s=20)
         assert refused["status"] == "failed", refused
         assert refused["error"] == {"code": -32050, "message": "refused by the server", "data": {"why": "test"}}
+
+
+async def _logged(runs: Path, line: str) -> bool:
+    """Whether a running bridge's stderr (the runner keeps it as `<execution id>.stderr`) holds `line`."""
+    return any(line in path.read_text(errors="replace") for path in runs.glob("*.stderr"))
 
 
 async def _sent(journal: Path, tool: str) -> bool:
