@@ -9,6 +9,7 @@ Loaded once at start-up; a broken manifest stops start-up with a message that na
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -105,7 +106,7 @@ class FileToolCatalog:
         logger.info("loaded %d tools", len(self._tools))
 
     async def discover_servers(self) -> list[str]:
-        """Discover every McpServer's tools (`server_discovery.discover`, one server at a time) and add them.
+        """Discover every McpServer's tools (`server_discovery.discover`, all at once) and add them.
 
         A server that cannot be discovered is logged and left out (its tools come at a later resync, if it
         has one, or the next start): one broken server does not stop the others. A listed tool left out by
@@ -115,9 +116,13 @@ class FileToolCatalog:
             InvalidToolManifest: a discovered tool's name (with the server's prefix) is already another
                 tool's; the message names both.
         """
+        # All at once: each is mostly waiting for a process to start (the listing order does not depend on it).
+        found = await asyncio.gather(*(self._discover(s, starting=True) for s in self.servers), return_exceptions=True)
         problems: list[str] = []
-        for server in self.servers:
-            problems.extend(await self._discover(server, starting=True))
+        for outcome in found:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            problems.extend(outcome)
         return problems
 
     async def resync_servers(self) -> None:

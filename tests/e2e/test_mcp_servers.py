@@ -22,6 +22,8 @@ import pytest
 import yaml
 
 from mcp_tasks.protocol import constants
+from mcp_tasks.store.manifests import FileToolCatalog
+from mcp_tasks.tasks.errors import InvalidToolManifest
 from tests.conftest import PLAIN_CAPS, TASKS_CAPS, Embedded, McpHttp, exited, server_settings, serving, until
 from tests.e2e.test_durability import ServerProcess, tool_pids
 from tests.mcp_servers import everything_command, time_command
@@ -437,3 +439,30 @@ async def test_warm_calls_overlap_on_one_connection_each_with_its_own_request_id
     first_answered = messages.index({"answered": calls[0]["id"]})
     assert second_sent < first_answered, "the second call went out while the first was still running"
     assert sorted(end["result"]["content"][0]["text"] for end in ends) == sorted(f"slow {c['id']}" for c in calls)
+
+
+async def test_a_server_tool_that_clashes_with_another_tool_stops_start_up_naming_both(tmp_path: Path) -> None:
+    """Issue: "a clash with another tool is refused naming both" (here an McpTool `flood` and the server's)."""
+    script = Path(__file__).resolve().parent.parent / "hostile_mcp_server.py"
+    tool = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpTool",
+        "metadata": {"name": "flood"},
+        "spec": {
+            "name": "flood",
+            "description": "a native tool",
+            "inputSchema": {"type": "object"},
+            "container": {"command": ["python", "-c", "pass"]},
+        },
+    }
+    server = server_manifest("hostile", [sys.executable, str(script), str(tmp_path / "journal")])
+    folder = write_folder(tmp_path / "tools", tool, server)
+    catalog = FileToolCatalog([folder])
+    with pytest.raises(InvalidToolManifest) as refused:
+        await catalog.discover_servers()
+    message = str(refused.value)
+    assert "'flood' of McpServer 'hostile'" in message and f"declared in {folder / 'servers.yaml'}" in message
+    prefixed = write_folder(tmp_path / "prefixed", tool, {**server, "spec": {**server["spec"], "toolNamePrefix": "h_"}})
+    catalog = FileToolCatalog([prefixed])
+    assert await catalog.discover_servers() == []
+    assert {"flood", "h_flood"} <= {spec.name for spec in catalog.list_tools()}
