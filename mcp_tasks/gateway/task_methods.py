@@ -47,19 +47,26 @@ async def get_task(ctx: RequestContext, params: TaskRequestParams) -> JsonObject
     task = render_task(ctx, record)
     task["resultType"] = GetTaskResult.model_fields["result_type"].default
     if record.lease is None and record.status is TaskStatus.WORKING and isinstance(services.store, FairQueue):
-        task["statusMessage"] = await _queued_message(services.store, record)
+        task["statusMessage"] = await _queued_message(ctx, services.store, record)
     return ctx.complete(task)
 
 
-async def _queued_message(store: FairQueue, record: TaskRecord) -> str:
+async def _queued_message(ctx: RequestContext, store: FairQueue, record: TaskRecord) -> str:
     """The `statusMessage` of a task waiting for a slot, computed on read (`fair_share.queued_message`).
 
     Computed here, not written by the executor: a message kept current in the store would cost a write
     per queued task at every claim. One count in the store's index of the tenant's queued tasks, up to
-    `fair_share.AHEAD_COUNTED_MAX`; nothing about other tenants.
+    `fair_share.AHEAD_COUNTED_MAX`; with running budgets set, one more of the tenant's leased tasks, to say
+    when its own budget holds it. Nothing about other tenants.
     """
     ahead = await store.queued_ahead(record, fair_share.AHEAD_COUNTED_MAX)
-    return fair_share.queued_message(ahead)
+    limits = ctx.services.limits
+    held_by = None
+    if limits.limits_running:
+        tenant_runs, own_runs = await store.running_of(record.owner, ctx.services.clock())
+        usage = fair_share.Usage({record.owner.tenant: tenant_runs}, {record.owner: own_runs})
+        held_by = fair_share.over_budget(record.owner, usage, limits)
+    return fair_share.queued_message(ahead, held_by)
 
 
 async def _client_write(

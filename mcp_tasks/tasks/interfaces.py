@@ -194,6 +194,10 @@ class FairQueue(Protocol):
         """The queued tasks of `record`'s tenant created before it, counted up to `at_most`."""
         ...
 
+    async def running_of(self, owner: Owner, now: datetime) -> tuple[int, int]:
+        """Runs under a live lease of `owner`'s tenant, and of `owner` itself."""
+        ...
+
     async def tenant_counts(self) -> dict[str, tuple[int, int]]:
         """Tenant → (queued, leased) unfinished tasks."""
         ...

@@ -119,7 +119,9 @@ async def test_a_tenant_at_its_running_budget_waits_while_slots_stay_free_for_ot
         theirs = await eve.start_task("gated", {"gate": str(tmp_path / "b1")})
         await until_leased(server, theirs)
         assert not await leased(server, second)
-        assert (await bob.get(second)).result["statusMessage"] == "queued: next in line for a slot"
+        assert (await bob.get(second)).result["statusMessage"] == (
+            "queued: next in line for a slot; your tenant is at its limit of running tasks (max_running_per_tenant)"
+        )
         await open_gate(tmp_path / "a1", alice, first)
         await until_leased(server, second)
         await open_gate(tmp_path / "a2", bob, second)

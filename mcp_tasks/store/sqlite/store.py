@@ -732,6 +732,18 @@ class SqliteTaskStore:
             )
         return int(rows[0][0]) if rows else 0
 
+    async def running_of(self, owner: Owner, now: datetime) -> tuple[int, int]:
+        """Runs under a live lease of `owner`'s tenant and of `owner` itself; O(the tenant's leased tasks)."""
+        with _backend("read"):
+            rows = list(
+                await self._r.execute_fetchall(
+                    "SELECT COUNT(*), COALESCE(SUM(subject = ? AND issuer = ?), 0) FROM tasks "
+                    f"WHERE {_LEASED} AND tenant = ? AND lease_expires_at_ms > ?",
+                    (owner.subject, owner.issuer, owner.tenant, to_epoch_ms(now)),
+                )
+            )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
     async def tenant_counts(self) -> dict[str, tuple[int, int]]:
         """Tenant → (queued, leased) unfinished tasks, for the metrics (`mcptasks_tasks_queued`/`_running`)."""
         with _backend("read"):
