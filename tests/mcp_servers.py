@@ -2,13 +2,13 @@
 
 - `@modelcontextprotocol/server-everything` 2026.8.31 (npm, speaks 2025-11-25 with `initialize`; stdio and
   Streamable HTTP): installed with Node 22 by `tests.clients.typescript.installed_pin`, checked against the
-  integrity npm records, into `$XDG_CACHE_HOME/mcp-tasks/server-everything-2026.8.31` (8.6 s cold).
+  integrity npm records, into `$XDG_CACHE_HOME/mcp-tasks/server-everything-2026.8.31` (6-9 s cold).
 - `mcp-server-time` 2026.10.19 (PyPI, stdio, speaks 2026-07-28 with `server/discover`): its wheel is
   downloaded and checked against the sha256 pinned here, then installed with its dependencies into a venv of
-  its own, `$XDG_CACHE_HOME/mcp-tasks/mcp-server-time-2026.10.19` (19 s cold): its own `mcp` release must
+  its own, `$XDG_CACHE_HOME/mcp-tasks/mcp-server-time-2026.10.19` (10.6 s cold): its own `mcp` release must
   not meet ours.
 
-Each is installed once, on first use; a test skips saying why when npm (or pip) cannot run here.
+Each is installed once, on first use; a test skips saying why when npm is missing (pip comes with Python).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Final
-
-import pytest
 
 from tests.clients.typescript import Pin, installed_pin, node_of
 
@@ -52,8 +50,6 @@ def time_command() -> list[str]:
     binary = venv / "bin" / "mcp-server-time"
     if binary.exists():
         return [str(binary)]
-    if shutil.which("pip") is None and not Path(sys.executable).exists():
-        pytest.skip("pip is not available: the mcp-server-time tests install it from PyPI")
     partial = venv.with_name(venv.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(partial)], check=True, timeout=300)
