@@ -175,3 +175,32 @@ def test_an_mcptask_stored_without_an_issuer_is_owned_through_the_legacy_one_onl
     cancel = transitions.request_cancel(legacy.record, "client", NOW)
     plan = mapping.plan_write(legacy, cancel, Writer.CLIENT)  # the owner's own write is not a changed owner
     assert plan.spec is not None and "issuer" not in mapping.dump(plan.spec)["owner"]
+
+
+LAST_RELEASED_SCHEMA = 2
+"""The schema version the previous builds know: each refuses a file whose `user_version` is higher."""
+
+
+async def test_the_fair_share_indexes_leave_the_file_openable_by_builds_of_the_previous_schema(tmp_path: Path) -> None:
+    """The indexes fair share reads are not a schema version: the file stays at the version the previous
+    builds know (they refuse a newer one), and rows such a build writes afterwards, knowing nothing of the
+    indexes, are in them when this build opens the file again."""
+    path = tmp_path / "tasks.sqlite3"
+    async with SqliteTaskStore(path) as store:
+        first = await store.create(_task(ALICE_STATIC))
+    with sqlite3.connect(path) as older:  # a rolled-back build: plain writes, the same table
+        assert older.execute("PRAGMA user_version").fetchone() == (LAST_RELEASED_SCHEMA,)
+        indexes = {row[0] for row in older.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"tasks_queued", "tasks_queued_tenant", "tasks_leased"} <= indexes
+        columns = [row[1] for row in older.execute("PRAGMA table_info(tasks)")]
+        row = list(older.execute(f"SELECT {', '.join(columns)} FROM tasks").fetchone())
+        second_id = mint_task_id()
+        row[columns.index("task_id")] = second_id
+        row[columns.index("body")] = json.dumps({**json.loads(row[columns.index("body")]), "taskId": second_id})
+        older.execute(f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", row)
+    async with SqliteTaskStore(path) as store:
+        heads = await store.queued_heads(per_principal=5)
+    assert sorted(task.task_id for task in heads) == sorted([first.task_id, second_id])
+    with sqlite3.connect(path) as reopened:
+        assert reopened.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert reopened.execute("PRAGMA user_version").fetchone() == (LAST_RELEASED_SCHEMA,)

@@ -1,6 +1,9 @@
 """Schema migrations of the SQLite task store, applied in order and tracked in `PRAGMA user_version`.
 
-Append a new script to `MIGRATIONS` to change the schema; never edit one that has shipped.
+Append a new script to `MIGRATIONS` to change the schema; never edit one that has shipped. A build refuses a
+file whose version is newer than its own, so a version bump is a one-way door for a rollback: anything an
+older build can live with (an index, which changes no row it reads or writes, and which SQLite keeps current
+on that build's writes too) goes in `INDEXES` instead, created at every open where missing, no bump.
 """
 
 from __future__ import annotations
@@ -35,17 +38,25 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE tasks ADD COLUMN issuer TEXT NOT NULL DEFAULT ''
     """,
-    # 3: fair share (tasks.fair_share). Queued tasks (unfinished, never leased or reset) by principal and by
-    # tenant in creation order, and leased ones by principal: each principal's oldest queued tasks, what
-    # runs per principal and a queued task's place among its tenant's are index ranges, never a queue scan.
-    """
-    CREATE INDEX tasks_queued ON tasks (tenant, subject, issuer, created_at_ms)
-        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL;
-    CREATE INDEX tasks_queued_tenant ON tasks (tenant, created_at_ms)
-        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL;
-    CREATE INDEX tasks_leased ON tasks (tenant, subject, issuer, lease_expires_at_ms)
-        WHERE status IN ('working', 'input_required') AND lease_holder IS NOT NULL;
-    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+INDEXES: Final[tuple[str, ...]] = (
+    # Fair share (tasks.fair_share). Queued tasks (unfinished, never leased or reset) by principal and by
+    # tenant in creation order, and leased ones by principal: each principal's oldest queued tasks, what
+    # runs per principal and a queued task's place among its tenant's are index ranges, never a queue scan.
+    """
+    CREATE INDEX IF NOT EXISTS tasks_queued ON tasks (tenant, subject, issuer, created_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS tasks_queued_tenant ON tasks (tenant, created_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NULL
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS tasks_leased ON tasks (tenant, subject, issuer, lease_expires_at_ms)
+        WHERE status IN ('working', 'input_required') AND lease_holder IS NOT NULL
+    """,
+)
+"""Indexes of the current schema version that older builds of it can open a file with (module docstring)."""

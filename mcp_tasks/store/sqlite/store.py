@@ -43,7 +43,7 @@ from mcp_tasks.protocol.models import TaskStatus
 from mcp_tasks.store.changes import ChangeFeed
 from mcp_tasks.store.observers import WriteObservers
 from mcp_tasks.store.sqlite.commits import Committed, GroupCommit, Write
-from mcp_tasks.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
+from mcp_tasks.store.sqlite.migrations import INDEXES, MIGRATIONS, SCHEMA_VERSION
 from mcp_tasks.store.sqlite.wal_index import WalIndex
 from mcp_tasks.tasks.errors import StoreUnavailable, TaskNotFound, UnstorableValue
 from mcp_tasks.tasks.fair_share import Queued
@@ -353,6 +353,14 @@ class SqliteTaskStore:
                 await connection.execute("ROLLBACK")
                 raise
             logger.info("task database migrated to schema v%s", number + 1)
+        await connection.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in INDEXES:
+                await connection.execute(statement)
+            await connection.execute("COMMIT")
+        except BaseException:
+            await connection.execute("ROLLBACK")
+            raise
 
     async def _name_legacy_issuers(self, connection: aiosqlite.Connection) -> None:
         """Give every task stored before owners named their issuer the one issuer `legacy_issuer` names."""
