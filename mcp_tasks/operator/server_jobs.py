@@ -59,8 +59,9 @@ SERVER_REDIRECT: Final = 'i=$1 o=$2; shift 2; exec "$@" <"$i" >"$o"'
 BRIDGE_RELAY: Final = "cat out & exec cat >in"
 """`sh -c` script of the bridge's stdio child, run in `FIFO_DIR` (the bridge container's working directory):
 its stdin to the server's, the server's stdout to its stdout."""
-BRIDGE_RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}}
-"""The bridge container's resources (a Python process holding one MCP session)."""
+BRIDGE_RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+"""The bridge container's resources (a Python process holding one MCP session): every kind a cpu and memory
+ResourceQuota names, so such a namespace admits the pod (the server's come from its spec and `toolDefaults`)."""
 STARTUP_PROBE_PERIOD_S: Final = 1
 
 
@@ -147,7 +148,7 @@ def fifo_container(image: str) -> dict[str, Any]:
         "image": image,
         "command": ["mkfifo", "-m", "0600", f"{FIFO_DIR}/in", f"{FIFO_DIR}/out"],
         "securityContext": _restricted(),
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}},
         "volumeMounts": [{"name": FIFO_VOLUME, "mountPath": FIFO_DIR}],
     }
 

@@ -78,6 +78,8 @@ def test_a_stdio_call_runs_the_server_image_unmodified_beside_the_bridge_through
     assert {m["name"] for m in server["volumeMounts"]} == {"mcptasks-server-tmp", "mcptasks-stdio"}
     assert "worker-token" in {m["name"] for m in bridge["volumeMounts"]}  # the token: the bridge's alone
     assert server["resources"] == {"limits": {"memory": "512Mi"}}
+    for ours in (fifos, bridge):  # a namespace whose quota names cpu and memory admits them
+        assert set(ours["resources"]["requests"]) == set(ours["resources"]["limits"]) == {"cpu", "memory"}
     for container in (fifos, server, bridge):
         context = container["securityContext"]
         assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
