@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.controlplane.cluster import ControlPlane, free_port
+from tests.controlplane.cluster import ControlPlane, free_port, local_tool_manifests
 from tests.kube.conftest import Gateways, Operators, client, until
 from tests.metrics import scrape, value
 
@@ -70,6 +71,15 @@ def gates(tmp_path: Path) -> Any:
         yield opened
     finally:
         opened.open_all()  # no tool process outlives its test
+
+
+@pytest.fixture
+def stopping_namespace(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
+    """The test's namespace, deleted afterwards so that the process node stops its warm workers."""
+    try:
+        yield namespace
+    finally:
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def tokens_file(tmp_path: Path) -> Path:
@@ -273,3 +283,46 @@ async def test_with_kueue_the_job_is_created_suspended_and_labelled_and_runs_onc
     assert done["result"]["content"][0]["text"] == "passed the gate on attempt 1"
     still = (await bob.get(task_ids[1])).result
     assert still["status"] == "working" and still["statusMessage"].startswith("queued: waiting for Kueue")
+
+
+async def test_warm_calls_share_the_cap_and_the_freed_slot_goes_to_the_other_tenant(
+    gateways: Gateways,
+    operators: Operators,
+    http_session: aiohttp.ClientSession,
+    control_plane: ControlPlane,
+    stopping_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A warm tool's tasks get no Job; with cap 2 the operator's warm runner claims A's first two, A's third
+    and B's task wait `queued: ...`, and when A's first is cancelled the slot goes to B's task, not A's third."""
+    namespace = stopping_namespace
+    (sleeper,) = [
+        document
+        for document in local_tool_manifests([REPO / "tests" / "tools"])
+        if document["metadata"]["name"] == "warm-sleeper"
+    ]
+    sleeper["spec"]["warm"]["concurrency"] = 4  # the pod takes every call: the cap is what holds them
+    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input_text=yaml.safe_dump(sleeper))
+    operators.start(env={"MCPTASKS_MAX_RUNNING_TASKS": "2"})
+    gateway = await gateways.start(tokens_file=tokens_file(tmp_path))
+    catalog: Any = gateway.services.catalog
+    await until(lambda: catalog.warm_endpoints("warm_sleeper"))
+    alice, bob = client(http_session, gateway, "alice"), client(http_session, gateway, "bob")
+
+    def sleeping(task: dict[str, Any]) -> bool:
+        return "sleeping in pid" in (task.get("statusMessage") or "")
+
+    a = [await alice.start_task("warm_sleeper", {"seconds": 120}) for _ in range(3)]
+    for task_id in a[:2]:
+        await alice.wait_task(task_id, sleeping)
+    await message_is(alice, a[2], NEXT)
+    b = await bob.start_task("warm_sleeper", {"seconds": 120})
+    await message_is(bob, b, NEXT)
+
+    await alice.cancel(a[0])
+    assert (await alice.wait_status(a[0], "cancelled"))["status"] == "cancelled"
+    await bob.wait_task(b, sleeping)
+    assert (await alice.get(a[2])).result["statusMessage"] == NEXT, "A runs 1, B ran 0: the slot was B's"
+    assert json.loads(control_plane.kubectl("get", "jobs", "-n", namespace, "-o", "json"))["items"] == []
+    for mcp, task_id in ((alice, a[1]), (alice, a[2]), (bob, b)):
+        await mcp.cancel(task_id)
