@@ -150,7 +150,8 @@ class Admission:
         """Wakes the warm-task runner's claim loop (set by the composition) when a warm task is admitted."""
         self.enabled = settings.max_running_tasks > 0 or limits.limits_running
         """Whether anything is held at all (a cap or a running budget is set)."""
-        self._leading: asyncio.Event | None = None
+        self.leading: asyncio.Event | None = None
+        """Set while this replica leads (`run` takes it); `None`: it leads (a replica without an election)."""
         self._admitted: dict[str, Owner] = {}  # admitted, no Job or lease seen yet: counted as running
         self._waiting: dict[str, str] = {}  # task id -> the statusMessage it waits with
         self._wanted = asyncio.Event()
@@ -173,7 +174,7 @@ class Admission:
         """
         if not self.enabled or record.attempt > 0 or self._kueue_runs(record, tool):
             return None
-        if record.task_id in self._admitted and (self._leading is None or self._leading.is_set()):
+        if record.task_id in self._admitted and (self.leading is None or self.leading.is_set()):
             return None
         self.wake()
         return self._waiting.get(record.task_id, HELD)
@@ -197,7 +198,7 @@ class Admission:
 
     async def run(self, leading: asyncio.Event) -> None:
         """Run passes while `leading` is set, until cancelled (returns at once when nothing is held)."""
-        self._leading = leading
+        self.leading = leading
         if not self.enabled:
             return
         while True:

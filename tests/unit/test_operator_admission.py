@@ -4,6 +4,7 @@ docs/kubernetes.md §Limits and admission)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -174,6 +175,21 @@ def test_warm_calls_under_a_live_lease_count_and_re_runs_do_not_wait() -> None:
     assert h.admission.verdict(rerun, WARM) is None, "a re-run held a slot: it does not queue again"
     h.cache.records[warm.task_id] = dataclasses.replace(warm, lease=Lease("op", T0), attempt=1)  # expired
     assert h.admission.assess() == [fresh]
+
+
+def test_a_standby_replica_admits_nothing_it_admitted_while_it_led() -> None:
+    """Only the leader admits (the warm runner runs on every replica): a replica that stopped leading holds
+    every task, and one that leads again counts afresh."""
+    h = Harness(cap=2)
+    record = h.cache.add(ALICE, 0)
+    assert h.admission.assess() == [record.task_id]
+    h.admission.leading = asyncio.Event()  # lost the Lease
+    assert h.admission.verdict(record, TOOL) == d.HELD
+    h.admission.leading.set()
+    h.admission.reset()
+    assert h.admission.verdict(record, TOOL) == d.HELD, "not placed since it leads again"
+    assert h.admission.assess() == [record.task_id]
+    assert h.admission.verdict(record, TOOL) is None
 
 
 def test_without_a_cap_or_budget_nothing_is_held() -> None:
