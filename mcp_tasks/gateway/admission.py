@@ -17,7 +17,7 @@ from mcp_tasks.gateway.rate_limits import Bucket, retry_after_ms
 from mcp_tasks.observability import metrics
 from mcp_tasks.tasks import fair_share
 from mcp_tasks.tasks.errors import LimitReached
-from mcp_tasks.tasks.interfaces import FairQueue
+from mcp_tasks.tasks.interfaces import UnfinishedCount
 
 
 @contextlib.asynccontextmanager
@@ -27,7 +27,7 @@ async def admit_creation(ctx: RequestContext) -> AsyncIterator[None]:
 
     First the creation rates (a token from the principal's bucket and from its tenant's, both or neither;
     memory only), then the unfinished-task quota (one count in the task store's index, up to the quota;
-    skipped by a store that cannot count, `interfaces.FairQueue`). A call refused by the quota has spent its
+    from any store that counts, `interfaces.UnfinishedCount`: both do). A call refused by the quota has spent its
     tokens: an attempt counts against the rate whatever its outcome. With a quota, the count and the
     block (the create) hold one of `Services.quota_locks`, picked by the principal, so concurrent calls of
     one principal on this replica cannot both pass at its last free place (replicas still can, by one each).
@@ -73,7 +73,7 @@ async def admit_creation(ctx: RequestContext) -> AsyncIterator[None]:
         )
     quota = own.max_unfinished_per_principal
     store = services.store
-    if not quota or not isinstance(store, FairQueue):
+    if not quota or not isinstance(store, UnfinishedCount):
         yield
         return
     locks = services.quota_locks

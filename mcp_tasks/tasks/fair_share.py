@@ -219,8 +219,7 @@ def queued_message(tasks_ahead: int, held_by: RunningLimit | None = None) -> str
     elif tasks_ahead >= AHEAD_COUNTED_MAX:
         text = f"{QUEUED_PREFIX}{AHEAD_COUNTED_MAX} or more of your tenant's tasks ahead"
     else:
-        noun = "task" if tasks_ahead == 1 else "tasks"
-        text = f"{QUEUED_PREFIX}{tasks_ahead} of your tenant's {noun} ahead"
+        text = f"{QUEUED_PREFIX}{tasks_ahead} of your tenant's tasks ahead"
     if held_by == "max_running_per_tenant":
         text += "; your tenant is at its limit of running tasks (max_running_per_tenant)"
     elif held_by == "max_running_per_principal":

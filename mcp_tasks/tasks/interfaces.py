@@ -158,6 +158,18 @@ class ClaimView:
 
 
 @runtime_checkable
+class UnfinishedCount(Protocol):
+    """A task store that counts a principal's unfinished tasks, for the gateway's unfinished-task quota
+    (`gateway/admission.py`): the SQLite store from its index, the Kubernetes store from its watch cache.
+    Both stores have it; a store without it would hold no quota.
+    """
+
+    async def unfinished_of(self, owner: Owner, at_most: int) -> int:
+        """The unfinished tasks (`working` or `input_required`) `owner` holds, counted up to `at_most`."""
+        ...
+
+
+@runtime_checkable
 class FairQueue(Protocol):
     """A task store that answers the fair-share questions from indexes (`SqliteTaskStore`): the embedded
     claim path, the gateway's quota and a queued task's place (`tasks.fair_share`). A store without it gets

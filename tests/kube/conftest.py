@@ -39,6 +39,7 @@ from mcp_tasks.protocol.models import GetTaskResult
 from mcp_tasks.runner import RunnerSettings
 from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.kubernetes.client import close_api_client
+from mcp_tasks.tasks.limits import LimitSettings
 from tests.conftest import REPO, TOOL_DIRS, McpHttp
 from tests.conftest import until as shared_until
 from tests.controlplane.cluster import (
@@ -131,10 +132,12 @@ class Gateways:
         self.data_dir = data_dir
         self._runners: list[web.AppRunner] = []
 
-    async def start(self, tokens_file: Path | None = None, **kube: Any) -> Gateway:
+    async def start(self, tokens_file: Path | None = None, limits: LimitSettings | None = None, **kube: Any) -> Gateway:
         settings = gateway_settings(self.plane, self.namespace, self.data_dir, **kube)
         if tokens_file is not None:
             settings = replace(settings, serve=replace(settings.serve, tokens_file=tokens_file))
+        if limits is not None:
+            settings = replace(settings, limits=limits)
         app = await build_gateway_app(settings)
         web_runner = gateway.create_runner(app, shutdown_timeout_s=2, lingering_time_s=LINGERING_TIME_S)
         await web_runner.setup()

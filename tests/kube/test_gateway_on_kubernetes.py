@@ -20,9 +20,11 @@ from mcp_tasks.store.kubernetes import KubernetesTaskStore
 from mcp_tasks.store.kubernetes.watch import UNREACHABLE_AFTER_S
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.interfaces import Writer, transact, utc_now
+from mcp_tasks.tasks.limits import LimitSettings
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import Lease, TaskRecord
 from tests.clients import typescript
+from tests.conftest import TASKS_CAPS
 from tests.conftest import until as shared_until
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e.test_legacy_clients import call_to_the_end, cancel_notification, initialize, legacy_post, open_call
@@ -163,6 +165,25 @@ async def test_the_sep_hello_world_flow_with_the_sdk_client_and_a_local_runner(
     assert stored["status"]["taskStatus"] == "completed"
     assert stored["spec"]["inputResponses"]["name"]["content"] == {"input": "Luca"}
     assert stored["status"]["issuedInputKeys"] == ["name"]
+
+
+async def test_the_unfinished_task_quota_holds_on_the_kubernetes_store(
+    gateways: Gateways, http_session: aiohttp.ClientSession, control_plane: ControlPlane, namespace: str
+) -> None:
+    """`MCPTASKS_MAX_UNFINISHED_PER_PRINCIPAL=2` on a gateway of the Kubernetes store (no executor: the tasks
+    stay unfinished): the third task-augmented call is refused with 429 naming the limit, and no McpTask is
+    created for it; a second replica, which saw the first two through its watch, refuses too."""
+    limits = LimitSettings(max_unfinished_per_principal=2)
+    first = await gateways.start(limits=limits)
+    mcp = client(http_session, first)
+    created = {await mcp.start_task("sleeper", {"seconds": 60}) for _ in range(2)}
+    refused = await mcp.call_tool("sleeper", {"seconds": 60}, caps=TASKS_CAPS)
+    assert refused.status == 429, refused.body
+    assert refused.error["data"]["limit"] == "max_unfinished_per_principal"
+    assert task_names(control_plane, namespace) == created
+    second = await gateways.start(limits=limits)
+    again = await client(http_session, second).call_tool("sleeper", {"seconds": 60}, caps=TASKS_CAPS)
+    assert again.status == 429 and task_names(control_plane, namespace) == created
 
 
 async def test_a_finished_task_is_deleted_from_the_cluster_after_its_ttl(

@@ -199,7 +199,7 @@ def test_queue_position_counts_only_the_callers_tenant() -> None:
     ("tasks_ahead", "held_by", "expected"),
     [
         (0, None, "queued: next in line for a slot"),
-        (1, None, "queued: 1 of your tenant's task ahead"),
+        (1, None, "queued: 1 of your tenant's tasks ahead"),
         (3, None, "queued: 3 of your tenant's tasks ahead"),
         (0, "max_running_per_tenant", "queued: next in line for a slot; your tenant is at its limit"),
         (2, "max_running_per_principal", "queued: 2 of your tenant's tasks ahead; you are at your limit"),

@@ -503,6 +503,22 @@ class KubernetesTaskStore:
                 continue
         return records
 
+    async def unfinished_of(self, owner: Owner, at_most: int) -> int:
+        """The non-terminal McpTasks of `owner` in the cache, counted up to `at_most` (`UnfinishedCount`).
+
+        From the watch cache, no request: this replica's own creates are in it at once (`create` remembers
+        what the API server answered), another replica's after its watch event (milliseconds), so replicas
+        racing at a principal's last free place may pass by one each, as with the embedded store.
+        """
+        held = 0
+        for name in self.unfinished_ids():
+            if held >= at_most:
+                break
+            entry = self._cache.get(name)
+            if entry is not None and Owner(entry.tenant, entry.subject, entry.issuer) == owner:
+                held += 1
+        return held
+
     def owner_of(self, task_id: str) -> Owner | None:
         """The owner of McpTask `task_id` as cached (finished or not; nothing is decoded), or `None`."""
         entry = self._cache.get(task_id)
