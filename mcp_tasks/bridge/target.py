@@ -106,6 +106,23 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _claim_fixed_port(port: int) -> None:
+    """Check that nothing listens on 127.0.0.1:`port` before a server is started there, so the bridge never
+    reaches another call's server on that port (a fixed `http.port` takes one call at a time).
+
+    Raises:
+        ConnectionError: the port is taken, with what to set instead.
+    """
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConnectionError(
+                f"port {port} is taken (another call of this server, or another program): set http.portEnv in "
+                "the McpServer so each call's server gets a free port, or make it warm"
+            ) from exc
+
+
 async def _accepting(port: int, process: anyio.abc.Process) -> None:
     """Return once 127.0.0.1:`port` accepts a connection.
 
@@ -132,7 +149,11 @@ async def _http_server(target: Target) -> AsyncIterator[str]:
         yield target.url
         return
     assert target.command is not None  # the manifest requires a container without http.url
-    port = _free_port() if target.port_env else target.port
+    if target.port_env:
+        port = _free_port()
+    else:
+        port = target.port
+        _claim_fixed_port(port)
     env = get_default_environment() | dict(target.env)
     if target.port_env:
         env[target.port_env] = str(port)

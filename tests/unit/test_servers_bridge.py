@@ -4,6 +4,8 @@ that keeps a flood of notifications from queueing work, and the capability refus
 from __future__ import annotations
 
 import json
+import socket
+import sys
 import threading
 from typing import Any
 
@@ -11,6 +13,7 @@ import anyio
 import mcp_types as types
 import pytest
 
+from mcp_tasks.bridge import target as target_module
 from mcp_tasks.bridge.mapping import Progress, ServerRequests
 from mcp_tasks.bridge.target import BridgeConfigError, Target
 from mcp_tasks.runtime import ClientLacksCapability, contract
@@ -99,3 +102,17 @@ async def test_a_request_the_client_cannot_answer_gets_the_server_a_method_not_f
     assert answer.code == types.METHOD_NOT_FOUND and "sampling/createMessage" in answer.message
     none = ServerRequests(lambda: "no call of this connection is waiting for input")
     assert isinstance(await none.list_roots(None), types.ErrorData)
+
+
+async def test_a_fixed_port_that_is_taken_fails_the_start_instead_of_reaching_another_calls_server() -> None:
+    """Embedded, a Streamable HTTP server without `http.portEnv` listens on its fixed `http.port`: when that
+    port already answers (another call's server), the bridge must not connect there and call the tool on a
+    server that is not its own; it refuses, saying to set `portEnv`."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        target = Target(server="fixed", transport="streamable-http", command=(sys.executable, "-c", "pass"), port=port)
+        with pytest.raises(ConnectionError, match=r"set http\.portEnv"):
+            async with target_module._http_server(target):
+                pytest.fail("the bridge reached a server it did not start")
