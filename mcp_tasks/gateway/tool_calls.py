@@ -181,7 +181,7 @@ def _pre_creation_round(
     )
     if answered:
         for key, request in wanted.items():
-            problem = inputs.response_problem(request.method, responses[key])
+            problem = inputs.response_problem({"method": request.method, "params": request.params}, responses[key])
             if problem is not None:
                 raise InvalidParams(f"Invalid params: inputResponses[{key!r}] {problem}")
         return None

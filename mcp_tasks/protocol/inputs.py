@@ -1,14 +1,18 @@
 """Validation of input responses against the input request they answer (SEP-2322 `InputResponse`).
 
-An answer to `elicitation/create` must be an `ElicitResult` (`{action, content?}`), to
-`sampling/createMessage` a `CreateMessageResult`, to `roots/list` a `ListRootsResult`. Used by
-`tasks/update`, so a malformed answer is refused instead of consuming the pending request. No I/O.
+An answer to `elicitation/create` must be an `ElicitResult` (`{action, content?}`) whose accepted
+`content` gives each field the type the request's `requestedSchema` asks (form mode), to `sampling/createMessage` a
+`CreateMessageResult`, to `roots/list` a `ListRootsResult`. Used by `tasks/update` and the input rounds, so
+a malformed answer is refused instead of consuming the pending request. No I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 from pydantic import BaseModel, ValidationError
 
@@ -21,8 +25,16 @@ _RESPONSE_MODELS: Final[dict[str, type[BaseModel]]] = {
 }
 
 
-def response_problem(method: str, response: Any) -> str | None:
-    """Why `response` cannot answer a `method` input request, or `None` when it can."""
+def response_problem(request: Mapping[str, Any], response: Any) -> str | None:
+    """Why `response` cannot answer `request` (`{method, params}`), or `None` when it can.
+
+    For a form-mode `elicitation/create` answered `accept`, each field of `content` must match its
+    property in the request's `requestedSchema` (MCP `client/elicitation`: content conforms to it). Missing
+    `required` fields are left to the tool: SEP-2663's own example flow answers `{"input": ...}` to a form
+    that asks for `name`, and clients copy it. A request whose schema cannot be checked is not held
+    against the answer.
+    """
+    method = str(request.get("method"))
     model = _RESPONSE_MODELS.get(method)
     if model is None:
         return None
@@ -34,4 +46,25 @@ def response_problem(method: str, response: Any) -> str | None:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(root)"
         return f"is not a valid {model.__name__}: {where}: {first['msg']}"
+    if method == constants.METHOD_ELICIT and response.get("action") == "accept":
+        return _content_problem(request.get("params"), response.get("content"))
     return None
+
+
+def _content_problem(params: Any, content: Any) -> str | None:
+    """Why an accepted elicitation's `content` does not match the form's `requestedSchema`, or `None`."""
+    params = params if isinstance(params, dict) else {}
+    schema = params.get("requestedSchema")
+    if params.get("mode", "form") != "form" or not isinstance(schema, dict):
+        return None
+    properties_only = {key: value for key, value in schema.items() if key != "required"}
+    try:
+        Draft202012Validator.check_schema(properties_only)
+    except SchemaError:
+        return None
+    validator = Draft202012Validator(properties_only)
+    error = next(iter(validator.iter_errors(content if content is not None else {})), None)
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path) or "(root)"
+    return f"content does not match the request's requestedSchema at {where}: {error.message[:200]}"

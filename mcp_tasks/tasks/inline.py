@@ -190,8 +190,7 @@ def offered_answers(record: TaskRecord, offered: JsonObject) -> JsonObject:
     return {
         key: answer
         for key, answer in offered.items()
-        if key in record.input_requests
-        and inputs.response_problem(str(record.input_requests[key].get("method")), answer) is None
+        if key in record.input_requests and inputs.response_problem(record.input_requests[key], answer) is None
     }
 
 

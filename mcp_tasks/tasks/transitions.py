@@ -323,7 +323,8 @@ def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now:
     no pending key, returns the record unchanged (the update is still acknowledged).
 
     Raises:
-        InvalidInputResponse: an answer to a pending key does not fit its request's method (nothing applied).
+        InvalidInputResponse: an answer to a pending key does not fit its request (its method's result, and
+            for a form question the `requestedSchema`; nothing applied).
     """
     if record.status.is_terminal:
         return record
@@ -331,7 +332,7 @@ def answer_input_requests(record: TaskRecord, responses: Mapping[str, Any], now:
     if not answered:
         return record
     for key, value in answered.items():
-        problem = inputs.response_problem(str(record.input_requests[key].get("method")), value)
+        problem = inputs.response_problem(record.input_requests[key], value)
         if problem is not None:
             raise InvalidInputResponse(f"inputResponses[{key!r}] {problem}; the request is still pending")
     pending = {key: value for key, value in record.input_requests.items() if key not in answered}
