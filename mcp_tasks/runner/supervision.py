@@ -23,7 +23,7 @@ from mcp_tasks.runner import identity
 from mcp_tasks.runner.context import STORE_RETRY_FIRST_S, RunContext
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
-from mcp_tasks.runner.warm_pool import WarmBusy
+from mcp_tasks.runner.warm_pool import WarmBusy, WarmWorker, WorkerSlot
 from mcp_tasks.runner.warm_runs import WarmRun
 from mcp_tasks.tasks import deadlines, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -32,6 +32,7 @@ from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import recording
 from mcp_tasks.worker.executions import Execution, Finished
+from mcp_tasks.worker.tls import endpoint_of
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -45,6 +46,11 @@ LostWorkerRule = Callable[[TaskRecord, ToolSpec, ToolRun, datetime], TaskRecord]
 
 Ending = deadlines.Stop | Literal["exited", "finished"]
 """How watching a run ended: a stop it must obey, its process exited, or the task finished meanwhile."""
+
+
+def execution_id_of(claimed: TaskRecord) -> str:
+    """The execution id of the run a claim starts: `<task id>.<attempt>` (the claimed record's attempt)."""
+    return f"{claimed.task_id}.{claimed.attempt}"
 
 
 def lost_worker_rule(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
@@ -74,6 +80,37 @@ class Supervisor:
         self.ctx = ctx
         self.runs = runs
         self.after_lost_worker = after_lost_worker
+        self._reserved: dict[str, WorkerSlot] = {}
+        """Task id → the warm slot its claim took and recorded in its lease (`claim`), until `supervise`."""
+
+    async def claim(self, claiming: TaskRecord, tool: ToolSpec) -> TaskRecord:
+        """Write `claiming` (`transitions.claim`'s record, `tool`'s task); the record as claimed.
+
+        For an adoptable run of a warm tool with a local worker slot free now, the slot is taken first and
+        the claim's lease names the run's process (`LeaseProcess`, what `_record_process` writes once a
+        call is sent): one write fewer per task, the call is sent only once the store names it (a restarted
+        runner can re-attach to it from its first moment on), and the result never waits for that write.
+        Otherwise the claim alone is written, and the process is recorded once the run starts.
+
+        Raises:
+            VersionConflict, TaskNotFound, StoreUnavailable: from the store (a slot taken is given back).
+            IllegalTransition: the task finished meanwhile.
+        """
+        slot = self.runs.reserve(tool) if self.ctx.adoptable else None
+        if slot is None:
+            return await self.ctx.write(claiming)
+        assert isinstance(slot, WarmWorker)  # `reserve` takes local workers only
+        running = self._lease_process(slot.process.pid, endpoint_of(slot.base_url), execution_id_of(claiming))
+        if running is None:  # the worker has no identity (it just exited): the run starts as without a slot
+            await self.runs.unreserve(tool, slot)
+            return await self.ctx.write(claiming)
+        try:
+            claimed = await self.ctx.write(transitions.record_process(claiming, self.ctx.holder, running))
+        except BaseException:
+            await asyncio.shield(self.runs.unreserve(tool, slot))
+            raise
+        self._reserved[claimed.task_id] = slot
+        return claimed
 
     def spawn(self, task_id: str, tool: ToolSpec, run: Awaitable[None], in_rounds: bool = False) -> None:
         """Supervise `run` for `task_id` in an asyncio task the executor owns (`ctx.supervisors`)."""
@@ -117,10 +154,11 @@ class Supervisor:
         self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
     ) -> None:
         process: ToolRun
+        reserved = self._reserved.pop(record.task_id, None)  # the claim recorded this run's process already
         if adopted is not None:
             process = self.runs.adopt(tool, adopted, execution)
         else:
-            process = self.runs.new_run(tool, execution, self.ctx.settings.lease_duration_s / 3)
+            process = self.runs.new_run(tool, execution, self.ctx.settings.lease_duration_s / 3, reserved)
         self.ctx.executions.add(execution)
         try:
             if adopted is None:
@@ -136,7 +174,8 @@ class Supervisor:
                     return
                 where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
                 logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
-                await self.recorded(record.task_id, tool, process, execution)
+                if reserved is None:
+                    await self.recorded(record.task_id, tool, process, execution)
             await self.follow(record.task_id, tool, process, execution)
         finally:
             self.ctx.executions.remove(execution)
@@ -215,18 +254,10 @@ class Supervisor:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
         if not self.ctx.adoptable:
             return  # no state folder: this run cannot be adopted
-        pid = process.pid
         endpoint = process.warm_endpoint if isinstance(process, WarmRun) else None
-        known = "" if pid is None else identity.of(pid)
-        if known is None or (pid is None and endpoint is None):
+        running = self._lease_process(process.pid, endpoint, execution.execution_id)
+        if running is None:
             return  # no identity (no /proc): this run cannot be adopted
-        running = LeaseProcess(
-            pid=pid or 0,  # 0: a call on a pod, no local process
-            identity=known,
-            execution_id=execution.execution_id,
-            worker_port=self.ctx.port,
-            warm_endpoint=endpoint,
-        )
         try:
             await transact(
                 self.ctx.store,
@@ -236,6 +267,22 @@ class Supervisor:
             )
         except StoreUnavailable as exc:
             logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
+
+    def _lease_process(self, pid: int | None, endpoint: str | None, execution_id: str) -> LeaseProcess | None:
+        """What a lease names to adopt run `execution_id` by: local process `pid` (`None`: a call on a pod)
+        and the warm worker's `endpoint` (`host:port`) if it is a warm call; `None` when it cannot be adopted
+        (no process identity, no `/proc`).
+        """
+        known = "" if pid is None else identity.of(pid)
+        if known is None or (pid is None and endpoint is None):
+            return None
+        return LeaseProcess(
+            pid=pid or 0,  # 0: a call on a pod, no local process
+            identity=known,
+            execution_id=execution_id,
+            worker_port=self.ctx.port,
+            warm_endpoint=endpoint,
+        )
 
     async def _watch(self, task_id: str, tool: ToolSpec, process: ToolRun, exited: asyncio.Task[int | None]) -> Ending:
         """Renew the lease until the run exits, the task finishes, or `next_stop` says it must stop.
