@@ -18,7 +18,11 @@ the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declare
 - `tasks/get` throughput: 32 concurrent clients reading completed tasks.
 - create → completed p50: 1 client, `tools/call`, then `tasks/get` back to back until it reads `completed`.
 - completed tasks per second, 32 clients: each creates a task, polls it every 10 ms until `completed`,
-  and starts the next; and how many `tasks/get` each task took (polls per task, pooled).
+  and starts the next; and how many `tasks/get` each task took (polls per task, pooled); and the CPU time
+  the server used per completed task (its process and its children, the warm worker: `/proc` utime +
+  stime over the phase), polls included. The throughput is bound by that CPU (the servers share one
+  core), and it wanders far less than the throughput on a shared machine: a cost added on the path shows
+  in it first.
 - warm sync p50 and throughput (ours and the baseline only): a plain `tools/call` of the warm tool (no
   tasks extension), 1 client back to back, and 32 clients for `--seconds`. Nothing is subtracted: each
   figure includes every cost of the call (the warm call's credential too), so a cost added anywhere shows
@@ -272,17 +276,38 @@ PHASES: Final = (
     "create_idle_p50",
     "completed_rps",
     "polls",
+    "cpu_ms",
     "sync_p50",
     "sync_rps",
 )
 THROUGHPUTS: Final = ("get_rps", "completed_rps", "sync_rps")
+BY_ROUND: Final = (*THROUGHPUTS, "cpu_ms")
+"""Phases with one figure per round (their median and range are printed), not pooled samples."""
 OURS: Final = "mcp-tasks"
 BASELINE: Final = "mcp-tasks@baseline"
 FASTMCP: Final = "fastmcp"
 
 
-async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    """Warm-up, then `args.rounds` rounds of every phase on each server (server order alternating)."""
+_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system, s) of process `pid` and of its live children (the warm worker), from `/proc`."""
+    total = 0.0
+    for each in (pid, *run.children(pid)):
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return total
+
+
+async def measure(
+    urls: dict[str, str], args: argparse.Namespace, pids: dict[str, int] | None = None
+) -> dict[str, dict[str, list[float]]]:
+    """Warm-up, then `args.rounds` rounds of every phase on each server (server order alternating).
+
+    `pids`: each server's process, whose CPU time per completed task is measured (`cpu_ms`).
+    """
     found: dict[str, dict[str, list[float]]] = {name: {phase: [] for phase in PHASES} for name in urls}
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -299,7 +324,11 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, d
                 idle = found[name]["create_idle_p50"]
                 found[name]["task_p50"] += await task_latencies(session, url, args.tasks, idle)
                 polls = found[name]["polls"]
+                pid = None if pids is None else pids.get(name)
+                done_before, cpu_before = len(polls), (0.0 if pid is None else cpu_s(pid))
                 found[name]["completed_rps"].append(await completed_throughput(session, url, args.seconds, polls))
+                if pid is not None and len(polls) > done_before:
+                    found[name]["cpu_ms"].append((cpu_s(pid) - cpu_before) * 1000 / (len(polls) - done_before))
                 if name != FASTMCP:
                     found[name]["sync_p50"] += await sync_latencies(session, url, args.creates)
                     found[name]["sync_rps"].append(await sync_throughput(session, url, args.seconds))
@@ -313,7 +342,7 @@ def figures(samples: dict[str, list[float]]) -> dict[str, float]:
     for phase, values in samples.items():
         if not values:
             found[phase] = math.nan
-        elif phase in THROUGHPUTS:
+        elif phase in BY_ROUND:
             found[phase] = statistics.median(values)
         else:
             found[phase] = percentile(values, 0.5)
@@ -421,6 +450,12 @@ def report(found: dict[str, dict[str, list[float]]]) -> str:
         values = found[name][phase]
         return f"{figs[name][phase]:.0f} (p90 {percentile(values, 0.9):.0f}, max {max(values):.0f})"
 
+    def cpu(name: str, phase: str) -> str:
+        values = found[name][phase]
+        if not values:
+            return "—"
+        return f"{figs[name][phase]:.2f} ms ({min(values):.2f} to {max(values):.2f})"
+
     def ratio(phase: str, other: str) -> str:
         value = figs[OURS][phase] / figs[other][phase] if other in figs else math.nan
         return "—" if math.isnan(value) else f"{value:.2f}x"
@@ -432,6 +467,7 @@ def report(found: dict[str, dict[str, list[float]]]) -> str:
         ("create → completed p50 (1 client, back-to-back polls)", "task_p50", p50_p99),
         (f"completed tasks/s ({CLIENTS} clients polling every {POLL_S * 1000:g} ms)", "completed_rps", rounds),
         ("`tasks/get` per completed task, p50 (same phase)", "polls", polls),
+        ("server CPU per completed task, polls included (same phase; process + warm worker)", "cpu_ms", cpu),
         ("warm sync `tools/call` p50 (1 client)", "sync_p50", p50_p99),
         (f"warm sync `tools/call` throughput ({CLIENTS} clients)", "sync_rps", rounds),
     ]
@@ -468,10 +504,12 @@ def servers(
     profile: Path | None = None,
     baseline: Path | None = None,
     tree: Path = run.REPO,
+    pids: dict[str, int] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Our server (and the `baseline` tree's, if given) and FastMCP's, up and pinned to `cpus`; their URLs.
 
-    With `profile`, ours runs under cProfile (`bench.server --profile`) and writes its stats there.
+    With `profile`, ours runs under cProfile (`bench.server --profile`) and writes its stats there. `pids`,
+    if given, receives each server's process id by name.
     """
     started: list[run.Server] = []
     try:
@@ -481,6 +519,8 @@ def servers(
         env = {key: value for key, value in os.environ.items() if not key.startswith(("FASTMCP_", "MCPTASKS_"))}
         fm_argv = [str(fastmcp_python), str(run.BENCH_DIR / "fastmcp_server.py")]
         started.append(run.start_server(FASTMCP, fm_argv, env, cpus, tmp))
+        if pids is not None:
+            pids.update({server.name: server.process.pid for server in started})
         yield {server.name: server.url for server in started}
     finally:
         for server in started:
@@ -589,8 +629,9 @@ def main() -> None:
             return
         baseline, label = (None, "") if rev in {None, "none"} else baseline_tree(rev, tmp)
         try:
-            with servers(tmp, fastmcp_python, server_cpus, baseline=baseline, tree=args.tree) as urls:
-                found = asyncio.run(measure(urls, args))
+            pids: dict[str, int] = {}
+            with servers(tmp, fastmcp_python, server_cpus, baseline=baseline, tree=args.tree, pids=pids) as urls:
+                found = asyncio.run(measure(urls, args, pids))
         except Checked as exc:
             print(f"INVALID RUN: {exc}", file=sys.stderr)
             sys.exit(1)
