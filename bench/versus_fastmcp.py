@@ -1,5 +1,5 @@
 """Task path against FastMCP, and A/B against a baseline commit: `python -m bench.versus_fastmcp` (part of
-`make bench`; about 5 minutes).
+`make bench`; about 6 minutes: each of three runs of 2026-12-07 on a loaded machine took 5 to 6½ minutes).
 
 Side by side in one run, the embedded server (`mcptasks serve`, `bench_echo` on one warm worker,
 bench/tools_warm) of this tree, the same server of a baseline commit (`--baseline REV`, default: the last
