@@ -16,7 +16,7 @@ import aiohttp
 from mcp_tasks.observability import tracing
 from mcp_tasks.runner.context import RunContext
 from mcp_tasks.runner.process import ToolProcess, command_for
-from mcp_tasks.runner.warm_pool import WarmPool, WarmUnavailable, WarmWorkers, WorkerSlot
+from mcp_tasks.runner.warm_pool import WarmPool, WarmUnavailable, WarmWorker, WarmWorkers
 from mcp_tasks.runner.warm_runs import AdoptedWarmCall, WarmRun
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.record import LeaseProcess
@@ -85,43 +85,29 @@ class Runs:
         self.ctx = ctx
         self.pools = pools
 
-    def new_run(
-        self,
-        tool: ToolSpec,
-        execution: Execution,
-        acquire_timeout_s: float | None,
-        reserved: WorkerSlot | None = None,
-    ) -> ToolRun:
+    def new_run(self, tool: ToolSpec, execution: Execution, acquire_timeout_s: float | None) -> ToolRun:
         """How `execution` runs: a call on one of the tool's warm workers, or a process of its own.
 
         Args:
             tool: the tool as declared now.
             execution: the worker API's view of the run (its id and token).
             acquire_timeout_s: how long a warm run waits for a free worker slot per `start()`, in seconds.
-            reserved: a warm tool's slot taken already (`reserve`), where the call goes.
         """
         if tool.warm is not None:
             pool = self.pools.get(tool)
             detach_s = self.detach_s if self.ctx.adoptable and execution.task_id is not None else 0.0
             auth = auth_for(self.ctx.signer, tool.name, execution)
-            return WarmRun(
-                pool, execution, self.ctx.channel, self.ctx.base_url, auth, acquire_timeout_s, detach_s, reserved
-            )
+            return WarmRun(pool, execution, self.ctx.channel, self.ctx.base_url, auth, acquire_timeout_s, detach_s)
         return ToolProcess(tool, self.contract_env(execution), self.log_path(execution.execution_id))
 
-    def reserve(self, tool: ToolSpec) -> WorkerSlot | None:
-        """A slot free now on one of `tool`'s local warm workers, taken without waiting (`WarmPool.take_free`);
-        `None` for a tool that is not warm, for pods (`EndpointPool`), or when no slot is free. Pass it to
-        `new_run`, or give it back with `unreserve`.
+    def next_worker(self, tool: ToolSpec) -> WarmWorker | None:
+        """The local warm worker of `tool` the next call would most likely go to (`WarmPool.next_worker`);
+        `None` for a tool that is not warm, for pods (`EndpointPool`), or when no worker is ready.
         """
         if tool.warm is None:
             return None
         pool = self.pools.get(tool)
-        return pool.take_free() if isinstance(pool, WarmPool) else None
-
-    async def unreserve(self, tool: ToolSpec, slot: WorkerSlot) -> None:
-        """Give back a slot `reserve` took that no run will use."""
-        await self.pools.get(tool).release(slot)
+        return pool.next_worker() if isinstance(pool, WarmPool) else None
 
     @property
     def detach_s(self) -> float:

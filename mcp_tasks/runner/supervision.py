@@ -23,7 +23,7 @@ from mcp_tasks.runner import identity
 from mcp_tasks.runner.context import STORE_RETRY_FIRST_S, RunContext
 from mcp_tasks.runner.process import ToolProcess
 from mcp_tasks.runner.runs import Runs, ToolRun, cannot_start
-from mcp_tasks.runner.warm_pool import WarmBusy, WarmWorker, WorkerSlot
+from mcp_tasks.runner.warm_pool import WarmBusy
 from mcp_tasks.runner.warm_runs import WarmRun
 from mcp_tasks.tasks import deadlines, results, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, LeaseLost, StoreUnavailable, TaskNotFound, VersionConflict
@@ -53,6 +53,11 @@ def execution_id_of(claimed: TaskRecord) -> str:
     return f"{claimed.task_id}.{claimed.attempt}"
 
 
+def _endpoint(process: ToolRun) -> str | None:
+    """`host:port` of the warm worker a run's call went to; `None` for a process of its own."""
+    return process.warm_endpoint if isinstance(process, WarmRun) else None
+
+
 def lost_worker_rule(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
     """The restart rule for a lost warm worker (`transitions.after_lost_run`): a call that never reached a
     worker, or an idempotent tool's, runs again, within `transitions.MAX_RUNS` runs in all.
@@ -80,36 +85,31 @@ class Supervisor:
         self.ctx = ctx
         self.runs = runs
         self.after_lost_worker = after_lost_worker
-        self._reserved: dict[str, WorkerSlot] = {}
-        """Task id → the warm slot its claim took and recorded in its lease (`claim`), until `supervise`."""
+        self._named: dict[str, LeaseProcess] = {}
+        """Task id → the process its claim named in its lease (`claim`), until its run starts."""
 
     async def claim(self, claiming: TaskRecord, tool: ToolSpec) -> TaskRecord:
         """Write `claiming` (`transitions.claim`'s record, `tool`'s task); the record as claimed.
 
-        For an adoptable run of a warm tool with a local worker slot free now, the slot is taken first and
-        the claim's lease names the run's process (`LeaseProcess`, what `_record_process` writes once a
-        call is sent): one write fewer per task, the call is sent only once the store names it (a restarted
-        runner can re-attach to it from its first moment on), and the result never waits for that write.
-        Otherwise the claim alone is written, and the process is recorded once the run starts.
+        For an adoptable run of a warm tool with a ready local worker, the claim's lease also names the run's
+        process: that worker (the one `WarmPool.acquire` gives the next slot on) and the execution id, what
+        `_record_process` writes once a call is sent. When the call then goes to that worker, as it does
+        unless the pool changed meanwhile, that write is not needed: one write fewer per task, the call
+        is sent only once the store names it (a restarted runner can re-attach to it from its first moment
+        on), and the result never waits for that write. Otherwise the process is recorded once the run
+        starts, as without a named worker.
 
         Raises:
-            VersionConflict, TaskNotFound, StoreUnavailable: from the store (a slot taken is given back).
+            VersionConflict, TaskNotFound, StoreUnavailable: from the store.
             IllegalTransition: the task finished meanwhile.
         """
-        slot = self.runs.reserve(tool) if self.ctx.adoptable else None
-        if slot is None:
+        worker = self.runs.next_worker(tool) if self.ctx.adoptable else None
+        execution_id = execution_id_of(claiming)
+        running = None if worker is None else self._lease_process(worker.process.pid, worker.base_url, execution_id)
+        if running is None:
             return await self.ctx.write(claiming)
-        assert isinstance(slot, WarmWorker)  # `reserve` takes local workers only
-        running = self._lease_process(slot.process.pid, endpoint_of(slot.base_url), execution_id_of(claiming))
-        if running is None:  # the worker has no identity (it just exited): the run starts as without a slot
-            await self.runs.unreserve(tool, slot)
-            return await self.ctx.write(claiming)
-        try:
-            claimed = await self.ctx.write(transitions.record_process(claiming, self.ctx.holder, running))
-        except BaseException:
-            await asyncio.shield(self.runs.unreserve(tool, slot))
-            raise
-        self._reserved[claimed.task_id] = slot
+        claimed = await self.ctx.write(transitions.record_process(claiming, self.ctx.holder, running))
+        self._named[claimed.task_id] = running
         return claimed
 
     def spawn(self, task_id: str, tool: ToolSpec, run: Awaitable[None], in_rounds: bool = False) -> None:
@@ -154,11 +154,11 @@ class Supervisor:
         self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
     ) -> None:
         process: ToolRun
-        reserved = self._reserved.pop(record.task_id, None)  # the claim recorded this run's process already
+        named = self._named.pop(record.task_id, None)  # the process the claim named, if it did
         if adopted is not None:
             process = self.runs.adopt(tool, adopted, execution)
         else:
-            process = self.runs.new_run(tool, execution, self.ctx.settings.lease_duration_s / 3, reserved)
+            process = self.runs.new_run(tool, execution, self.ctx.settings.lease_duration_s / 3)
         self.ctx.executions.add(execution)
         try:
             if adopted is None:
@@ -174,7 +174,7 @@ class Supervisor:
                     return
                 where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
                 logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
-                if reserved is None:
+                if named is None or (process.pid, _endpoint(process)) != (named.pid, named.warm_endpoint):
                     await self.recorded(record.task_id, tool, process, execution)
             await self.follow(record.task_id, tool, process, execution)
         finally:
@@ -254,8 +254,7 @@ class Supervisor:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
         if not self.ctx.adoptable:
             return  # no state folder: this run cannot be adopted
-        endpoint = process.warm_endpoint if isinstance(process, WarmRun) else None
-        running = self._lease_process(process.pid, endpoint, execution.execution_id)
+        running = self._lease_process(process.pid, _endpoint(process), execution.execution_id)
         if running is None:
             return  # no identity (no /proc): this run cannot be adopted
         try:
@@ -270,9 +269,10 @@ class Supervisor:
 
     def _lease_process(self, pid: int | None, endpoint: str | None, execution_id: str) -> LeaseProcess | None:
         """What a lease names to adopt run `execution_id` by: local process `pid` (`None`: a call on a pod)
-        and the warm worker's `endpoint` (`host:port`) if it is a warm call; `None` when it cannot be adopted
-        (no process identity, no `/proc`).
+        and, for a warm call, its worker's `endpoint` (`http(s)://host:port` or `host:port`); `None` when it
+        cannot be adopted (no process identity, no `/proc`).
         """
+        endpoint = None if endpoint is None else endpoint_of(endpoint)
         known = "" if pid is None else identity.of(pid)
         if known is None or (pid is None and endpoint is None):
             return None

@@ -204,8 +204,10 @@ class WarmPool:
             while True:
                 if self._closing:
                     raise WarmUnavailable(f"the server is stopping; tool {self.tool.name!r} takes no more calls")
-                worker = self.take_free()
-                if worker is not None:
+                free = [w for w in self.workers if w.ready and w.calls < self.spec.concurrency]
+                if free:
+                    worker = min(free, key=lambda w: w.calls)
+                    worker.calls += 1
                     return worker
                 starting = any(not w.ready and not w.stopping for w in self.workers)
                 if not starting and len(self.workers) < self.spec.max_workers:
@@ -224,18 +226,12 @@ class WarmPool:
                     async with asyncio.timeout(min(remaining, 1.0) if remaining is not None else 1.0):
                         await self._changed.wait()
 
-    def take_free(self) -> WarmWorker | None:
-        """A ready worker with a free slot now (its `calls` already counted), without waiting or starting one;
-        `None` when there is none. Free it with `release`, as a slot `acquire` gave.
+    def next_worker(self) -> WarmWorker | None:
+        """The ready worker `acquire` would give the next slot on if it has one free (the least busy), without
+        taking a slot; `None` when none is ready.
         """
-        if self._closing:
-            return None
-        free = [w for w in self.workers if w.ready and w.calls < self.spec.concurrency]
-        if not free:
-            return None
-        worker = min(free, key=lambda w: w.calls)
-        worker.calls += 1
-        return worker
+        ready = [w for w in self.workers if w.ready and not w.stopping]
+        return min(ready, key=lambda w: w.calls) if ready and not self._closing else None
 
     async def release(self, worker: WorkerSlot) -> None:
         """A call on `worker` ended: its slot is free again."""

@@ -95,8 +95,6 @@ class WarmRun:
     acquire_timeout_s: float | None
     detach_s: float = 0.0
     """> 0: a task's call that outlives a crash of its runner, its outcome kept this long (runtime/serve.py)."""
-    reserved: WorkerSlot | None = None
-    """A slot taken for this call before its task was claimed (`Supervisor.claim`): `start` sends it there."""
     worker_lost: bool = field(default=False, init=False)
     delivered: bool = field(default=True, init=False)
     """False: the call never reached a worker (safe to run again)."""
@@ -124,13 +122,12 @@ class WarmRun:
         return endpoint_of(self._worker.base_url)
 
     async def start(self) -> None:
-        """Take a worker slot (the `reserved` one, if any) and send the call.
+        """Take a worker slot and send the call.
 
         Raises:
             WarmUnavailable: no worker could take it.
         """
-        reserved, self.reserved = self.reserved, None
-        self._worker = reserved if reserved is not None else await self.pool.acquire(self.acquire_timeout_s)
+        self._worker = await self.pool.acquire(self.acquire_timeout_s)
         self._call = asyncio.create_task(self._follow(), name=f"warm-call-{self.execution.execution_id}")
 
     async def _follow(self) -> int | None:

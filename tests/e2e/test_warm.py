@@ -74,7 +74,7 @@ async def test_a_task_runs_on_a_warm_worker_under_the_lease(mcp: McpHttp, embedd
 
 
 async def test_a_warm_task_is_claimed_with_its_worker_named_in_the_lease(mcp: McpHttp, embedded: Embedded) -> None:
-    """With a worker slot free, the claim itself names the run's process (the worker's pid and identity, its
+    """With a warm worker ready, the claim itself names the run's process (the worker's pid and identity, its
     endpoint, the execution id), so a restarted runner can re-attach to the call from its first moment on,
     and no write of the runner comes between the claim and the result (one fsynced commit fewer per task)."""
     worker = pid_in(text_of((await mcp.call_tool("warm_echo", {"text": "s"}, caps=PLAIN_CAPS)).result))
