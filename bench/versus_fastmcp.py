@@ -1,5 +1,5 @@
 """Task path against FastMCP, and A/B against a baseline commit: `python -m bench.versus_fastmcp` (part of
-`make bench`; about 5 minutes).
+`make bench`; about 6 minutes: each of three runs of 2026-12-07 on a loaded machine took 5 to 6½ minutes).
 
 Side by side in one run, the embedded server (`mcptasks serve`, `bench_echo` on one warm worker,
 bench/tools_warm) of this tree, the same server of a baseline commit (`--baseline REV`, default: the last
@@ -18,7 +18,15 @@ the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declare
 - `tasks/get` throughput: 32 concurrent clients reading completed tasks.
 - create → completed p50: 1 client, `tools/call`, then `tasks/get` back to back until it reads `completed`.
 - completed tasks per second, 32 clients: each creates a task, polls it every 10 ms until `completed`,
-  and starts the next; and how many `tasks/get` each task took (polls per task, pooled).
+  and starts the next; and how many `tasks/get` each task took (polls per task, pooled); and the CPU time
+  the server used per completed task (its process and its children, the warm worker: `/proc` utime +
+  stime over the phase), polls included. The throughput is bound by that CPU (the servers share one
+  core), and it wanders far less than the throughput on a shared machine: a cost added on the path shows
+  in it first.
+- server CPU per task at a fixed load: `FIXED_CLIENTS` clients, each creates a task, waits `FIXED_WAIT_S`
+  and reads it (`completed`: one `tasks/get` per task; a task not yet done is read again after another
+  wait), `--tasks` tasks per round. The same work per task on every server, nothing saturated: the
+  cleanest figure of what a task costs (the 2026-12 Ed25519 credential added 16% to it).
 - warm sync p50 and throughput (ours and the baseline only): a plain `tools/call` of the warm tool (no
   tasks extension), 1 client back to back, and 32 clients for `--seconds`. Nothing is subtracted: each
   figure includes every cost of the call (the warm call's credential too), so a cost added anywhere shows
@@ -26,7 +34,8 @@ the same protocol: MCP 2026-07-28, `tools/call` with the tasks extension declare
 
 Targets (issue 31), each printed as a PASS/FAIL line: completed tasks/s ≥ 2x FastMCP's median and no round
 below 0.8x our median; create → completed p50 ≤ FastMCP's; polls per task p50 ≤ 7; against the baseline,
-warm sync p50, warm sync throughput and completed tasks/s no worse (within `NOT_WORSE_TOLERANCE`).
+warm sync p50, warm sync throughput and completed tasks/s no worse (within `NOT_WORSE_TOLERANCE`), and server
+CPU per task at the fixed load no higher (within `CPU_TOLERANCE`).
 A throughput phase whose rounds spread more than 20% around their median (max - min > 0.2 x median) makes
 the run NOISY: it is said at the end, and the run does not pass (exit status 1, as for a FAIL).
 
@@ -79,6 +88,13 @@ NOT_WORSE_TOLERANCE: Final = 0.05
 """How much worse than the baseline a figure may be and still be "not worse": 5%, about the median's own
 run-to-run wander on a quiet machine (a real regression of the kind issue 31 found is 2x)."""
 MIN_ROUNDS: Final = 3
+FIXED_CLIENTS: Final = 4
+"""Clients of the fixed-load CPU phase: far from saturating one core, so every server does the same work per task."""
+FIXED_WAIT_S: Final = 0.030
+"""Wait between a create (or an unfinished read) and the next `tasks/get` in the fixed-load CPU phase."""
+CPU_TOLERANCE: Final = 0.10
+"""How much more CPU per task at the fixed load than the baseline still counts as "not worse": 10%, about twice
+the spread of its interleaved rounds on a loaded two-core machine (2026-12-07)."""
 
 
 # ---------------------------------------------------------------- FastMCP's own environment
@@ -235,6 +251,27 @@ async def completed_throughput(
     return rate
 
 
+async def fixed_load_tasks(session: aiohttp.ClientSession, url: str, count: int) -> int:
+    """`count` tasks by `FIXED_CLIENTS` clients, each read after `FIXED_WAIT_S` until `completed`; the reads made."""
+    started = 0
+    reads = 0
+
+    async def client() -> None:
+        nonlocal started, reads
+        while started < count:
+            started += 1
+            number = started
+            task_id = await create(session, url, number)
+            while True:
+                await asyncio.sleep(FIXED_WAIT_S)
+                reads += 1
+                if _done(await get(session, url, task_id, number), number):
+                    break
+
+    await asyncio.gather(*(client() for _ in range(FIXED_CLIENTS)))
+    return reads
+
+
 async def sync_call(session: aiohttp.ClientSession, url: str, number: int) -> None:
     """One plain `tools/call` of the warm tool (no tasks extension); its answer checked."""
     result = await _post(session, url, warm.call_body(number, tasks=False), wire.headers("tools/call", TOOL))
@@ -272,17 +309,39 @@ PHASES: Final = (
     "create_idle_p50",
     "completed_rps",
     "polls",
+    "cpu_ms",
+    "cpu_fixed_ms",
     "sync_p50",
     "sync_rps",
 )
 THROUGHPUTS: Final = ("get_rps", "completed_rps", "sync_rps")
+BY_ROUND: Final = (*THROUGHPUTS, "cpu_ms", "cpu_fixed_ms")
+"""Phases with one figure per round (their median and range are printed), not pooled samples."""
 OURS: Final = "mcp-tasks"
 BASELINE: Final = "mcp-tasks@baseline"
 FASTMCP: Final = "fastmcp"
 
 
-async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    """Warm-up, then `args.rounds` rounds of every phase on each server (server order alternating)."""
+_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system, s) of process `pid` and of its live children (the warm worker), from `/proc`."""
+    total = 0.0
+    for each in (pid, *run.children(pid)):
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return total
+
+
+async def measure(
+    urls: dict[str, str], args: argparse.Namespace, pids: dict[str, int] | None = None
+) -> dict[str, dict[str, list[float]]]:
+    """Warm-up, then `args.rounds` rounds of every phase on each server (server order alternating).
+
+    `pids`: each server's process, whose CPU time per completed task is measured (`cpu_ms`).
+    """
     found: dict[str, dict[str, list[float]]] = {name: {phase: [] for phase in PHASES} for name in urls}
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -299,7 +358,15 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, d
                 idle = found[name]["create_idle_p50"]
                 found[name]["task_p50"] += await task_latencies(session, url, args.tasks, idle)
                 polls = found[name]["polls"]
+                pid = None if pids is None else pids.get(name)
+                done_before, cpu_before = len(polls), (0.0 if pid is None else cpu_s(pid))
                 found[name]["completed_rps"].append(await completed_throughput(session, url, args.seconds, polls))
+                if pid is not None and len(polls) > done_before:
+                    found[name]["cpu_ms"].append((cpu_s(pid) - cpu_before) * 1000 / (len(polls) - done_before))
+                if pid is not None:
+                    cpu_before = cpu_s(pid)
+                    await fixed_load_tasks(session, url, args.tasks)
+                    found[name]["cpu_fixed_ms"].append((cpu_s(pid) - cpu_before) * 1000 / args.tasks)
                 if name != FASTMCP:
                     found[name]["sync_p50"] += await sync_latencies(session, url, args.creates)
                     found[name]["sync_rps"].append(await sync_throughput(session, url, args.seconds))
@@ -313,7 +380,7 @@ def figures(samples: dict[str, list[float]]) -> dict[str, float]:
     for phase, values in samples.items():
         if not values:
             found[phase] = math.nan
-        elif phase in THROUGHPUTS:
+        elif phase in BY_ROUND:
             found[phase] = statistics.median(values)
         else:
             found[phase] = percentile(values, 0.5)
@@ -380,6 +447,12 @@ def targets(found: dict[str, dict[str, list[float]]]) -> list[Target]:
                 ours["sync_rps"] >= better * base["sync_rps"],
             ),
             Target(
+                f"server CPU per task at the fixed load not worse than the baseline (≤ {1 + CPU_TOLERANCE:g}x)",
+                f"{ours['cpu_fixed_ms']:.2f} ms vs {base['cpu_fixed_ms']:.2f} ms = "
+                f"{ours['cpu_fixed_ms'] / base['cpu_fixed_ms']:.2f}x",
+                ours["cpu_fixed_ms"] <= (1 + CPU_TOLERANCE) * base["cpu_fixed_ms"],
+            ),
+            Target(
                 f"completed tasks/s not worse than the baseline (≥ {better:g}x)",
                 f"{ours['completed_rps']:.0f}/s vs {base['completed_rps']:.0f}/s = "
                 f"{ours['completed_rps'] / base['completed_rps']:.2f}x",
@@ -421,6 +494,12 @@ def report(found: dict[str, dict[str, list[float]]]) -> str:
         values = found[name][phase]
         return f"{figs[name][phase]:.0f} (p90 {percentile(values, 0.9):.0f}, max {max(values):.0f})"
 
+    def cpu(name: str, phase: str) -> str:
+        values = found[name][phase]
+        if not values:
+            return "—"
+        return f"{figs[name][phase]:.2f} ms ({min(values):.2f} to {max(values):.2f})"
+
     def ratio(phase: str, other: str) -> str:
         value = figs[OURS][phase] / figs[other][phase] if other in figs else math.nan
         return "—" if math.isnan(value) else f"{value:.2f}x"
@@ -432,6 +511,13 @@ def report(found: dict[str, dict[str, list[float]]]) -> str:
         ("create → completed p50 (1 client, back-to-back polls)", "task_p50", p50_p99),
         (f"completed tasks/s ({CLIENTS} clients polling every {POLL_S * 1000:g} ms)", "completed_rps", rounds),
         ("`tasks/get` per completed task, p50 (same phase)", "polls", polls),
+        ("server CPU per completed task, polls included (same phase; process + warm worker)", "cpu_ms", cpu),
+        (
+            f"server CPU per task at a fixed load ({FIXED_CLIENTS} clients, one `tasks/get` after "
+            f"{FIXED_WAIT_S * 1000:g} ms)",
+            "cpu_fixed_ms",
+            cpu,
+        ),
         ("warm sync `tools/call` p50 (1 client)", "sync_p50", p50_p99),
         (f"warm sync `tools/call` throughput ({CLIENTS} clients)", "sync_rps", rounds),
     ]
@@ -468,10 +554,12 @@ def servers(
     profile: Path | None = None,
     baseline: Path | None = None,
     tree: Path = run.REPO,
+    pids: dict[str, int] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Our server (and the `baseline` tree's, if given) and FastMCP's, up and pinned to `cpus`; their URLs.
 
-    With `profile`, ours runs under cProfile (`bench.server --profile`) and writes its stats there.
+    With `profile`, ours runs under cProfile (`bench.server --profile`) and writes its stats there. `pids`,
+    if given, receives each server's process id by name.
     """
     started: list[run.Server] = []
     try:
@@ -481,6 +569,8 @@ def servers(
         env = {key: value for key, value in os.environ.items() if not key.startswith(("FASTMCP_", "MCPTASKS_"))}
         fm_argv = [str(fastmcp_python), str(run.BENCH_DIR / "fastmcp_server.py")]
         started.append(run.start_server(FASTMCP, fm_argv, env, cpus, tmp))
+        if pids is not None:
+            pids.update({server.name: server.process.pid for server in started})
         yield {server.name: server.url for server in started}
     finally:
         for server in started:
@@ -589,8 +679,9 @@ def main() -> None:
             return
         baseline, label = (None, "") if rev in {None, "none"} else baseline_tree(rev, tmp)
         try:
-            with servers(tmp, fastmcp_python, server_cpus, baseline=baseline, tree=args.tree) as urls:
-                found = asyncio.run(measure(urls, args))
+            pids: dict[str, int] = {}
+            with servers(tmp, fastmcp_python, server_cpus, baseline=baseline, tree=args.tree, pids=pids) as urls:
+                found = asyncio.run(measure(urls, args, pids))
         except Checked as exc:
             print(f"INVALID RUN: {exc}", file=sys.stderr)
             sys.exit(1)

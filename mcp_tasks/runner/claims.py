@@ -41,7 +41,7 @@ from mcp_tasks import aio
 from mcp_tasks.observability.logs import task_context
 from mcp_tasks.runner.adoption import Adoption
 from mcp_tasks.runner.context import RunContext
-from mcp_tasks.runner.supervision import Supervisor
+from mcp_tasks.runner.supervision import Supervisor, execution_id_of
 from mcp_tasks.tasks import fair_share, transitions
 from mcp_tasks.tasks.errors import IllegalTransition, StoreUnavailable, TaskNotFound, VersionConflict
 from mcp_tasks.tasks.interfaces import FairQueue
@@ -221,7 +221,7 @@ class Claimer:
             claimed = None if admitted is None else await self.claim(admitted)
         if claimed is None:
             return False
-        execution = ctx.task_execution(claimed, f"{claimed.task_id}.{claimed.attempt}")
+        execution = ctx.task_execution(claimed, execution_id_of(claimed))
         self.supervisor.supervise(claimed, None, execution)
         return True
 
@@ -267,7 +267,11 @@ class Claimer:
                     logger.error("task %s lost its worker; failed (%s)", record.task_id, lost.status_message)
                     return None
                 logger.warning("task %s lost its worker; re-running (idempotent tool)", record.task_id)
-                return await ctx.write(transitions.claim(lost, ctx.holder, now, ctx.lease, retention_ms))
-            return await ctx.write(transitions.claim(record, ctx.holder, now, ctx.lease, retention_ms))
+                return await self.supervisor.claim(
+                    transitions.claim(lost, ctx.holder, now, ctx.lease, retention_ms), tool
+                )
+            return await self.supervisor.claim(
+                transitions.claim(record, ctx.holder, now, ctx.lease, retention_ms), tool
+            )
         except (VersionConflict, TaskNotFound, IllegalTransition):
             return None  # another runner moved first

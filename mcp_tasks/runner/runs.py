@@ -16,7 +16,7 @@ import aiohttp
 from mcp_tasks.observability import tracing
 from mcp_tasks.runner.context import RunContext
 from mcp_tasks.runner.process import ToolProcess, command_for
-from mcp_tasks.runner.warm_pool import WarmUnavailable, WarmWorkers
+from mcp_tasks.runner.warm_pool import WarmPool, WarmUnavailable, WarmWorker, WarmWorkers
 from mcp_tasks.runner.warm_runs import AdoptedWarmCall, WarmRun
 from mcp_tasks.runtime import contract
 from mcp_tasks.tasks.record import LeaseProcess
@@ -99,6 +99,15 @@ class Runs:
             auth = auth_for(self.ctx.signer, tool.name, execution)
             return WarmRun(pool, execution, self.ctx.channel, self.ctx.base_url, auth, acquire_timeout_s, detach_s)
         return ToolProcess(tool, self.contract_env(execution), self.log_path(execution.execution_id))
+
+    def next_worker(self, tool: ToolSpec) -> WarmWorker | None:
+        """The local warm worker of `tool` the next call would most likely go to (`WarmPool.next_worker`);
+        `None` for a tool that is not warm, for pods (`EndpointPool`), or when no worker is ready.
+        """
+        if tool.warm is None:
+            return None
+        pool = self.pools.get(tool)
+        return pool.next_worker() if isinstance(pool, WarmPool) else None
 
     @property
     def detach_s(self) -> float:

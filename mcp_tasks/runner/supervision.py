@@ -32,6 +32,7 @@ from mcp_tasks.tasks.record import LeaseProcess, TaskRecord
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.channel import recording
 from mcp_tasks.worker.executions import Execution, Finished
+from mcp_tasks.worker.tls import endpoint_of
 
 logger = logging.getLogger("mcp_tasks.runner")
 
@@ -45,6 +46,16 @@ LostWorkerRule = Callable[[TaskRecord, ToolSpec, ToolRun, datetime], TaskRecord]
 
 Ending = deadlines.Stop | Literal["exited", "finished"]
 """How watching a run ended: a stop it must obey, its process exited, or the task finished meanwhile."""
+
+
+def execution_id_of(claimed: TaskRecord) -> str:
+    """The execution id of the run a claim starts: `<task id>.<attempt>` (the claimed record's attempt)."""
+    return f"{claimed.task_id}.{claimed.attempt}"
+
+
+def _endpoint(process: ToolRun) -> str | None:
+    """`host:port` of the warm worker a run's call went to; `None` for a process of its own."""
+    return process.warm_endpoint if isinstance(process, WarmRun) else None
 
 
 def lost_worker_rule(record: TaskRecord, tool: ToolSpec, process: ToolRun, now: datetime) -> TaskRecord:
@@ -74,6 +85,32 @@ class Supervisor:
         self.ctx = ctx
         self.runs = runs
         self.after_lost_worker = after_lost_worker
+        self._named: dict[str, LeaseProcess] = {}
+        """Task id → the process its claim named in its lease (`claim`), until its run starts."""
+
+    async def claim(self, claiming: TaskRecord, tool: ToolSpec) -> TaskRecord:
+        """Write `claiming` (`transitions.claim`'s record, `tool`'s task); the record as claimed.
+
+        For an adoptable run of a warm tool with a ready local worker, the claim's lease also names the run's
+        process: that worker (the one `WarmPool.acquire` gives the next slot on) and the execution id, what
+        `_record_process` writes once a call is sent. When the call then goes to that worker, as it does
+        unless the pool changed meanwhile, that write is not needed: one write fewer per task, the call
+        is sent only once the store names it (a restarted runner can re-attach to it from its first moment
+        on), and the result never waits for that write. Otherwise the process is recorded once the run
+        starts, as without a named worker.
+
+        Raises:
+            VersionConflict, TaskNotFound, StoreUnavailable: from the store.
+            IllegalTransition: the task finished meanwhile.
+        """
+        worker = self.runs.next_worker(tool) if self.ctx.adoptable else None
+        execution_id = execution_id_of(claiming)
+        running = None if worker is None else self._lease_process(worker.process.pid, worker.base_url, execution_id)
+        if running is None:
+            return await self.ctx.write(claiming)
+        claimed = await self.ctx.write(transitions.record_process(claiming, self.ctx.holder, running))
+        self._named[claimed.task_id] = running
+        return claimed
 
     def spawn(self, task_id: str, tool: ToolSpec, run: Awaitable[None], in_rounds: bool = False) -> None:
         """Supervise `run` for `task_id` in an asyncio task the executor owns (`ctx.supervisors`)."""
@@ -117,6 +154,7 @@ class Supervisor:
         self, record: TaskRecord, tool: ToolSpec, execution: Execution, adopted: LeaseProcess | None
     ) -> None:
         process: ToolRun
+        named = self._named.pop(record.task_id, None)  # the process the claim named, if it did
         if adopted is not None:
             process = self.runs.adopt(tool, adopted, execution)
         else:
@@ -136,7 +174,8 @@ class Supervisor:
                     return
                 where = "on a warm worker" if isinstance(process, WarmRun) else f"pid {process.pid}"
                 logger.info("task %s: started %s (%s, attempt %s)", record.task_id, tool.name, where, record.attempt)
-                await self.recorded(record.task_id, tool, process, execution)
+                if named is None or (process.pid, _endpoint(process)) != (named.pid, named.warm_endpoint):
+                    await self.recorded(record.task_id, tool, process, execution)
             await self.follow(record.task_id, tool, process, execution)
         finally:
             self.ctx.executions.remove(execution)
@@ -215,18 +254,9 @@ class Supervisor:
         """Write which process runs the attempt into the lease, so a restarted runner can adopt it."""
         if not self.ctx.adoptable:
             return  # no state folder: this run cannot be adopted
-        pid = process.pid
-        endpoint = process.warm_endpoint if isinstance(process, WarmRun) else None
-        known = "" if pid is None else identity.of(pid)
-        if known is None or (pid is None and endpoint is None):
+        running = self._lease_process(process.pid, _endpoint(process), execution.execution_id)
+        if running is None:
             return  # no identity (no /proc): this run cannot be adopted
-        running = LeaseProcess(
-            pid=pid or 0,  # 0: a call on a pod, no local process
-            identity=known,
-            execution_id=execution.execution_id,
-            worker_port=self.ctx.port,
-            warm_endpoint=endpoint,
-        )
         try:
             await transact(
                 self.ctx.store,
@@ -236,6 +266,23 @@ class Supervisor:
             )
         except StoreUnavailable as exc:
             logger.warning("task %s: could not record its process (%s); it cannot be adopted", task_id, exc)
+
+    def _lease_process(self, pid: int | None, endpoint: str | None, execution_id: str) -> LeaseProcess | None:
+        """What a lease names to adopt run `execution_id` by: local process `pid` (`None`: a call on a pod)
+        and, for a warm call, its worker's `endpoint` (`http(s)://host:port` or `host:port`); `None` when it
+        cannot be adopted (no process identity, no `/proc`).
+        """
+        endpoint = None if endpoint is None else endpoint_of(endpoint)
+        known = "" if pid is None else identity.of(pid)
+        if known is None or (pid is None and endpoint is None):
+            return None
+        return LeaseProcess(
+            pid=pid or 0,  # 0: a call on a pod, no local process
+            identity=known,
+            execution_id=execution_id,
+            worker_port=self.ctx.port,
+            warm_endpoint=endpoint,
+        )
 
     async def _watch(self, task_id: str, tool: ToolSpec, process: ToolRun, exited: asyncio.Task[int | None]) -> Ending:
         """Renew the lease until the run exits, the task finishes, or `next_stop` says it must stop.

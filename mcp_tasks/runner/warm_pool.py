@@ -226,6 +226,13 @@ class WarmPool:
                     async with asyncio.timeout(min(remaining, 1.0) if remaining is not None else 1.0):
                         await self._changed.wait()
 
+    def next_worker(self) -> WarmWorker | None:
+        """The ready worker `acquire` would give the next slot on if it has one free (the least busy), without
+        taking a slot; `None` when none is ready.
+        """
+        ready = [w for w in self.workers if w.ready and not w.stopping]
+        return min(ready, key=lambda w: w.calls) if ready and not self._closing else None
+
     async def release(self, worker: WorkerSlot) -> None:
         """A call on `worker` ended: its slot is free again."""
         assert isinstance(worker, WarmWorker)

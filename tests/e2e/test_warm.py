@@ -19,7 +19,10 @@ import aiohttp
 import pytest
 import yaml
 
+from mcp_tasks.protocol.models import TaskStatus
+from mcp_tasks.runner import identity
 from mcp_tasks.runner.warm_pool import WarmPool
+from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import PLAIN_CAPS, REPO, Embedded, McpHttp, exited, server_settings, serving, until
 
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}
@@ -68,6 +71,32 @@ async def test_a_task_runs_on_a_warm_worker_under_the_lease(mcp: McpHttp, embedd
     assert pid_in(text_of(done["result"])) == pid_in(sync)
     record = await embedded.store.get(task_id)
     assert record.progress is not None and record.progress["progress"] == 2  # progress events reached the task
+
+
+async def test_a_warm_task_is_claimed_with_its_worker_named_in_the_lease(mcp: McpHttp, embedded: Embedded) -> None:
+    """With a warm worker ready, the claim itself names the run's process (the worker's pid and identity, its
+    endpoint, the execution id), so a restarted runner can re-attach to the call from its first moment on,
+    and no write of the runner comes between the claim and the result (one fsynced commit fewer per task)."""
+    worker = pid_in(text_of((await mcp.call_tool("warm_echo", {"text": "s"}, caps=PLAIN_CAPS)).result))
+    writes: list[TaskRecord] = []
+    forget = embedded.store.observe(lambda before, after: writes.append(after))
+    try:
+        task_id = await mcp.start_task("warm_echo", {"text": "t"})
+        done = await mcp.wait_status(task_id, "completed", "failed")
+    finally:
+        forget()
+    assert done["status"] == "completed", done
+    assert pid_in(text_of(done["result"])) == worker
+    mine = [record for record in writes if record.task_id == task_id]
+    assert [record.lease is not None for record in mine] == [False, True, False], "create, claim, result"
+    claimed = mine[1]
+    assert claimed.lease is not None and claimed.lease.process is not None
+    assert claimed.attempt == 1 and claimed.lease.holder == embedded.runner.ctx.holder
+    process = claimed.lease.process
+    assert (process.pid, process.execution_id) == (worker, f"{task_id}.1")
+    assert process.identity == identity.of(worker) and process.warm_endpoint is not None
+    assert process.warm_endpoint.endswith(f":{pool(embedded, 'warm_echo').workers[0].port}")
+    assert mine[2].status is TaskStatus.COMPLETED
 
 
 async def test_cancel_reaches_the_warm_call_and_the_worker_lives_on(mcp: McpHttp, embedded: Embedded) -> None:
