@@ -36,6 +36,49 @@ OVERRIDABLE: Final = (
 )
 """The fields a per-tenant override may set (the same names as `LimitSettings`' and `TenantLimits`')."""
 
+MAX_COUNT: Final = 2**63 - 1
+"""The largest value of an integer limit: SQLite's (a quota is bound as `LIMIT ?`, a 64-bit integer)."""
+
+WEIGHT_RANGE: Final = (0.001, 1000.0)
+"""The smallest and largest tenant weight: a million-fold spread between tenants is already more than
+any sharing needs, and outside it `running / weight` loses its meaning (a subnormal weight divides to
+infinity)."""
+
+
+def value_problem(name: str, value: object, kind: str) -> str | None:
+    """What is wrong with `value` as the limit `name` of type `kind` (`"int"` or `"float"`), or `None`.
+
+    Numbers only (not booleans), finite, >= 0; integers whole and at most `MAX_COUNT`; a weight within
+    `WEIGHT_RANGE`. The text completes "`name` must be …", e.g. "a finite number >= 0, got nan".
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"a number, got {value!r}"
+    if not math.isfinite(value):
+        return f"a finite number, got {value!r}"
+    if name == "weight":
+        low, high = WEIGHT_RANGE
+        return None if low <= value <= high else f"between {low:g} and {high:g}, got {value!r}"
+    if value < 0:
+        return f"a number >= 0, got {value!r}"
+    if kind == "int" and value != int(value):
+        return f"a whole number, got {value!r}"
+    if kind == "int" and value > MAX_COUNT:
+        return f"at most {MAX_COUNT} (SQLite's largest integer), got {value!r}"
+    return None
+
+
+def _finite_float(text: str) -> float:
+    """`json.loads`' `parse_float`: a JSON number beyond float range is refused as written, not as `inf`."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond the range of a number")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    """`json.loads`' `parse_constant`: `NaN`, `Infinity` and `-Infinity` are not JSON, nor limits."""
+    raise ValueError(f"{text} is not a number")
+
 
 @dataclass(frozen=True, slots=True)
 class TenantLimits:
@@ -103,15 +146,17 @@ def parse_overrides(text: str) -> TenantOverrides:
     """Parse `MCPTASKS_TENANT_LIMITS` (see the module docstring); an empty text is no override.
 
     Raises:
-        ValueError: not a JSON object of objects, an unknown field (named), or a value that is not a
-            number >= 0 (a weight must be > 0; the integer fields must be whole numbers).
+        ValueError: not a JSON object of objects, an unknown field (named), or a value `value_problem`
+            refuses (named with its tenant).
     """
     if not text.strip():
         return TenantOverrides()
     try:
-        data: Any = json.loads(text)
+        data: Any = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ValueError(f"must be a JSON object of tenant → limits ({exc.msg} at {exc.pos})") from exc
+    except ValueError as exc:
+        raise ValueError(f"must be a JSON object of tenant → limits of finite numbers ({exc})") from exc
     if not isinstance(data, dict):
         raise ValueError('must be a JSON object of tenant → limits, e.g. {"team-a": {"max_running_per_tenant": 4}}')
     kinds = {item.name: item.type for item in fields(TenantLimits)}
@@ -122,12 +167,9 @@ def parse_overrides(text: str) -> TenantOverrides:
         for name, value in values.items():
             if name not in OVERRIDABLE:
                 raise ValueError(f"tenant {tenant!r}: unknown limit {name!r}; use {', '.join(OVERRIDABLE)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"tenant {tenant!r}: {name} must be a number >= 0, got {value!r}")
-            if kinds[name] == "int" and value != int(value):
-                raise ValueError(f"tenant {tenant!r}: {name} must be a whole number, got {value!r}")
-            if name == "weight" and value <= 0:
-                raise ValueError(f"tenant {tenant!r}: weight must be > 0, got {value!r}")
+            problem = value_problem(name, value, str(kinds[name]))
+            if problem is not None:
+                raise ValueError(f"tenant {tenant!r}: {name} must be {problem}")
         parsed[str(tenant)] = {name: (int(v) if kinds[name] == "int" else float(v)) for name, v in values.items()}
     return TenantOverrides(parsed)
 
@@ -207,14 +249,17 @@ class LimitSettings:
         )
 
     def check(self) -> None:
-        """The group's own rules: limits >= 0, weight > 0, bursts >= 1 where a rate is set.
+        """The group's own rules: every limit a finite number >= 0 (`value_problem`: integers whole and at
+        most `MAX_COUNT`), bursts >= 1 where a rate is set (the overrides' values were checked when parsed).
 
         Raises:
             ValueError: naming the variable.
         """
+        kinds = {item.name: str(item.type) for item in fields(TenantLimits)}
         for name in OVERRIDABLE:
-            if name != "weight" and getattr(self, name) < 0:
-                raise ValueError(f"MCPTASKS_{name.upper()} must be >= 0, got {getattr(self, name)}")
+            problem = None if name == "weight" else value_problem(name, getattr(self, name), kinds[name])
+            if problem is not None:
+                raise ValueError(f"MCPTASKS_{name.upper()} must be {problem}")
         for where, limits in [("MCPTASKS_TASK_CREATE_BURST_*", self.everyone)] + [
             (f"MCPTASKS_TENANT_LIMITS ({tenant!r})", self.for_tenant(tenant)) for tenant in self.tenant_limits
         ]:
@@ -222,5 +267,6 @@ class LimitSettings:
                 limits.task_create_rate_per_tenant and limits.task_create_burst_per_tenant < 1
             ):
                 raise ValueError(f"{where}: a burst must be >= 1 where its rate is set")
-        if self.rate_limit_max_keys < 1:
-            raise ValueError(f"MCPTASKS_RATE_LIMIT_MAX_KEYS must be >= 1, got {self.rate_limit_max_keys}")
+        if not 1 <= self.rate_limit_max_keys <= MAX_COUNT:
+            keys = self.rate_limit_max_keys
+            raise ValueError(f"MCPTASKS_RATE_LIMIT_MAX_KEYS must be between 1 and {MAX_COUNT}, got {keys}")

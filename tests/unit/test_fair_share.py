@@ -6,10 +6,11 @@ Our own rule (docs/fair-share.md): the spec says nothing of how an executor shar
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from mcp_tasks.cli.settings import Settings, SettingsError, from_environment
+from mcp_tasks.cli.settings import Settings, SettingsError, from_environment, validate
 from mcp_tasks.tasks import fair_share, limits
 from mcp_tasks.tasks.fair_share import Queued, Usage
 from mcp_tasks.tasks.limits import LimitSettings, TenantOverrides
@@ -238,13 +239,47 @@ def test_a_tenant_override_changes_only_what_it_names() -> None:
         ('{"a": {"max_running": 3}}', "unknown limit 'max_running'"),
         ('{"a": {"max_running_per_tenant": -1}}', "must be a number >= 0"),
         ('{"a": {"max_running_per_tenant": 1.5}}', "whole number"),
-        ('{"a": {"weight": 0}}', "weight must be > 0"),
+        ('{"a": {"weight": 0}}', "weight must be between 0.001 and 1000, got 0"),
         ('{"a": {"weight": true}}', "must be a number"),
+        ('{"a": {"weight": 1e309}}', "1e309 is beyond the range of a number"),
+        ('{"a": {"weight": 1e-320}}', "weight must be between 0.001 and 1000"),
+        ('{"a": {"weight": NaN}}', "NaN is not a number"),
+        ('{"a": {"task_create_rate_per_tenant": Infinity}}', "Infinity is not a number"),
+        ('{"a": {"max_unfinished_per_principal": 99999999999999999999999}}', "at most 9223372036854775807"),
     ],
 )
 def test_bad_overrides_are_refused_naming_the_problem(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         limits.parse_overrides(text)
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "problem"),
+    [
+        ("MCPTASKS_TASK_CREATE_RATE_PER_PRINCIPAL", "nan", "MCPTASKS_TASK_CREATE_RATE_PER_PRINCIPAL must be a finite"),
+        ("MCPTASKS_TASK_CREATE_RATE_PER_TENANT", "inf", "MCPTASKS_TASK_CREATE_RATE_PER_TENANT must be a finite"),
+        ("MCPTASKS_TASK_CREATE_RATE_PER_TENANT", "-1", "MCPTASKS_TASK_CREATE_RATE_PER_TENANT must be a number >= 0"),
+        (
+            "MCPTASKS_MAX_UNFINISHED_PER_PRINCIPAL",
+            "99999999999999999999999",
+            "MCPTASKS_MAX_UNFINISHED_PER_PRINCIPAL must be at most 9223372036854775807",
+        ),
+        ("MCPTASKS_TASK_CREATE_BURST_PER_PRINCIPAL", str(2**63), "MCPTASKS_TASK_CREATE_BURST_PER_PRINCIPAL must be at"),
+        ("MCPTASKS_TENANT_LIMITS", '{"a": {"weight": 1e309}}', "MCPTASKS_TENANT_LIMITS: .*1e309 is beyond"),
+        ("MCPTASKS_TENANT_LIMITS", '{"a": {"weight": 1e-320}}', "MCPTASKS_TENANT_LIMITS: tenant 'a': weight must be"),
+    ],
+)
+def test_a_limit_that_is_not_a_finite_number_in_range_fails_at_start_naming_its_variable(
+    variable: str, text: str, problem: str, tmp_path: Path
+) -> None:
+    with pytest.raises(SettingsError, match=problem):
+        validate(from_environment(Settings(), {variable: text, "MCPTASKS_TOOLS": str(tmp_path)}))
+
+
+@pytest.mark.parametrize(("variable", "text"), [("MCPTASKS_MAX_UNFINISHED_PER_PRINCIPAL", str(2**63 - 1))])
+def test_the_largest_integer_limit_sqlite_holds_is_accepted(variable: str, text: str, tmp_path: Path) -> None:
+    settings = validate(from_environment(Settings(), {variable: text, "MCPTASKS_TOOLS": str(tmp_path)}))
+    assert settings.limits.max_unfinished_per_principal == 2**63 - 1
 
 
 def test_limits_come_from_the_environment_and_round_trip_through_the_settings_table() -> None:
