@@ -1,7 +1,8 @@
 """Admission of a new task: the caller's creation rates and unfinished-task quota (docs/fair-share.md).
 
 Called by every path that creates a task a client asked for (`tool_calls` for a task-augmented call,
-`handoff.start` for a call handed off to a task), before anything is stored. Refuses with
+`handoff.start` for a call handed off to a task, `legacy_calls` for a legacy-era call's hidden task),
+before anything is stored. Refuses with
 `tasks.errors.LimitReached`, which the one mapper answers 429 (`transport._DOMAIN_ERRORS`). Must never
 write, and costs nothing when no rate or quota is set. The running budgets are not here: the executor
 applies them when it claims (`tasks.fair_share`).

@@ -55,7 +55,7 @@ from typing import Final
 
 from aiohttp import web
 
-from mcp_tasks.gateway import legacy_sessions
+from mcp_tasks.gateway import admission, legacy_sessions
 from mcp_tasks.gateway.context import RequestContext, Services
 from mcp_tasks.gateway.legacy_sessions import CallKey
 from mcp_tasks.gateway.listen import SHUTDOWN_KEY, wait_for_change_or_shutdown
@@ -129,8 +129,18 @@ class _ServerStopping(Exception):
 
 async def _create(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, session: str | None) -> TaskRecord:
     """Insert the hidden task: in a session, under the first free derived id (a random one once all are
-    taken); without one, under a random id.
+    taken); without one, under a random id. Admitted as any task a client asks for (the caller's creation
+    rates and unfinished-task quota, `admission.admit_creation`), nothing stored when refused.
+
+    Raises:
+        LimitReached: a rate or the quota refuses (the legacy answer: the same JSON-RPC error, HTTP 200).
     """
+    async with admission.admit_creation(ctx):
+        return await _insert(ctx, tool, arguments, session)
+
+
+async def _insert(ctx: RequestContext, tool: ToolSpec, arguments: JsonObject, session: str | None) -> TaskRecord:
+    """`_create` once admitted."""
     services = ctx.services
     request_id = ctx.message.request_id
     assert request_id is not None  # notifications never reach a call
@@ -208,6 +218,7 @@ async def stream_call(
 
     Raises (before the stream starts, answered as JSON by the caller):
         StoreUnavailable: the hidden task could not be created.
+        LimitReached: the caller's creation rates or unfinished-task quota refuse it (nothing stored).
     """
     services = ctx.services
     request_id = ctx.message.request_id

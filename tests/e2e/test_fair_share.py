@@ -315,3 +315,40 @@ async def test_a_call_handed_off_to_a_task_is_held_to_the_same_quota(tmp_path: P
         assert refused.status == 429 and refused.error["data"]["limit"] == "max_unfinished_per_principal"
         assert await server.store.count() == 1
         (tmp_path / "a").touch()
+
+
+async def test_a_legacy_era_call_is_held_to_the_same_quota(tmp_path: Path) -> None:
+    """A legacy-era (2025-11-25) `tools/call` of a task-capable tool runs as a hidden task its caller waits
+    on: it is a task all the same, so the quota holds it (else a client could bypass the quota by speaking
+    the older version): the refusal is the same JSON-RPC error, with HTTP 200 as every legacy-era error,
+    and nothing is stored."""
+    settings = limited(tmp_path, LimitSettings(max_unfinished_per_principal=1), max_concurrent_tasks=1)
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+        "Authorization": "Bearer alice-token",
+    }
+
+    def call(request_id: int, gate: str) -> dict[str, Any]:
+        params = {"name": "gated", "arguments": {"gate": str(tmp_path / gate)}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    async with serving(settings) as server, aiohttp.ClientSession() as session:
+        first = await session.post(server.url, json=call(1, "a"), headers=headers)
+        assert first.content_type == "text/event-stream"
+        await until(lambda: _stored(server, 1), changed=server.changed)
+        async with session.post(server.url, json=call(2, "b"), headers=headers) as refused:
+            assert refused.status == 200 and refused.content_type == "application/json"
+            error = (await refused.json())["error"]
+        assert error["code"] == jsonrpc.INTERNAL_ERROR
+        assert error["data"] == {"limit": "max_unfinished_per_principal", "maximum": 1}
+        assert await server.store.count() == 1
+        (tmp_path / "a").touch()
+        async with first:
+            text = await first.text()
+        assert '"id":1' in text.replace(" ", "") and '"isError":true' not in text.replace(" ", ""), text
+
+
+async def _stored(server: Embedded, count: int) -> bool:
+    return await server.store.count() == count
