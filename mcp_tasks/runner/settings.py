@@ -27,8 +27,9 @@ class RunnerSettings:
             (the runtime retries for 5 min). Calls on warm workers and synchronous calls are stopped either way
             (docs/design.md §7).
         max_input_rounds: synchronous runs that may wait for their callers' next input round at once
-            (SEP-2322); they do not take task slots. Past it a run's ask is refused and its call ends
-            with a tool error saying so. Default 64.
+            (SEP-2322); they do not take task slots. One tenant may hold at most half of them (rounded
+            up), so it cannot take every place from the others. Past either a run's ask is refused and
+            its call ends with a tool error saying so (naming no count). Default 64.
     """
 
     max_concurrent_tasks: int = 16

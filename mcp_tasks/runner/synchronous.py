@@ -22,7 +22,7 @@ from mcp_tasks.runner.supervision import Supervisor
 from mcp_tasks.tasks import fair_share, inline, results, transitions
 from mcp_tasks.tasks.errors import LimitReached
 from mcp_tasks.tasks.ids import TaskId, mint_task_id
-from mcp_tasks.tasks.interfaces import FairQueue, InlineCall, InputNeeded
+from mcp_tasks.tasks.interfaces import FairQueue, InlineCall, InputNeeded, UnfinishedCount
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.results import error_result
 from mcp_tasks.tasks.tools import ToolSpec
@@ -36,6 +36,16 @@ INLINE_RETRY_AFTER_MS: Final = 1000
 second, and the message suggests calling the tool as a task instead."""
 
 
+def round_share(max_input_rounds: int) -> int:
+    """Most synchronous runs one tenant may have parked for input rounds: half of `max_input_rounds`,
+    rounded up (at least 1), so a tenant that fills its share still leaves half the places to the others.
+
+    Per tenant, not per principal: the tenant is the isolation boundary, and a tenant of many principals
+    could otherwise fill every place with one run each.
+    """
+    return max(1, -(-max_input_rounds // 2))
+
+
 class SynchronousRuns:
     """Synchronous runs of one executor (see the module docstring); `promote` is the worker channel's hook."""
 
@@ -43,6 +53,8 @@ class SynchronousRuns:
         self.ctx = ctx
         self.runs = runs
         self.supervisor = supervisor
+        self._round_tenants: dict[str, str] = {}
+        """Tenant of each parked run this executor handed over (task id → tenant), for `round_share`."""
 
     async def run_inline(self, call: InlineCall) -> JsonObject:
         """Run a tool synchronously (no task) and return its `CallToolResult` (`ToolExecutor`).
@@ -58,7 +70,9 @@ class SynchronousRuns:
         Raises:
             InputNeeded: the tool asked for input mid-run.
             TimeoutError: it did not finish within `syncTimeoutSeconds`.
-            LimitReached: its principal or tenant is at its running budget (429, `retryAfterMs` 1000).
+            LimitReached: its principal or tenant is at its running budget (429, `retryAfterMs` 1000), or
+                it asked for input while its principal holds `max_unfinished_per_principal` unfinished
+                tasks (its hidden task would be one more; `promote`), nothing stored.
         """
         owners = self.ctx.inline_owners
         owners[call.owner] += 1  # first, so that concurrent calls of one principal see each other
@@ -169,6 +183,8 @@ class SynchronousRuns:
                 return results.exited_without_result(tool.name, exited.result(), process.stderr_tail())
             outcome = execution.outcome.result()
             if isinstance(outcome, AskedForInput):
+                if outcome.refused is not None:
+                    raise outcome.refused
                 if ctx.closing:
                     return error_result(f"The server stopped while {tool.name!r} asked for input; call it again")
                 if execution.task_id is not None:  # promoted, but its process ended before the hand-over
@@ -192,23 +208,32 @@ class SynchronousRuns:
         one durable write, so no other runner starts it again and the caller's next round finds it.
         Requests that the call's up-front `inputResponses` answer validly are answered in that same write.
 
+        The hidden task is one more unfinished task of the caller (`execution.owner`, the principal
+        `run_inline` was given): over its `max_unfinished_per_principal` nothing is written, the tool's
+        ask is refused and the call answers the quota's `LimitReached` (429), as a task-augmented call
+        would. The creation rates do not apply: they hold back requests to create tasks, and this call
+        was admitted as a synchronous one (its running budget); a run may ask only once it runs, and the
+        parked runs are bounded by the round cap and its per-tenant share below.
+
+        Parked runs are bounded by `max_input_rounds` (`MCPTASKS_MAX_INPUT_ROUNDS`) and no tenant may hold
+        more than `round_share` of them, so one tenant cannot take every place from the others; the
+        refusals name no count of anyone's.
+
         Raises:
-            InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written).
-            ChannelError: 429 when `max_input_rounds` synchronous runs are parked already.
+            InputCapabilityMissing: the caller did not declare a capability a request needs (nothing written;
+                checked first).
+            ChannelError: 429 when `max_input_rounds` synchronous runs are parked already, or the caller's
+                tenant holds its `round_share`, or the caller is at its unfinished-task quota (the call
+                then answers `LimitReached`).
         """
         ctx = self.ctx
         assert execution.tool is not None and execution.owner is not None  # run_inline sets both
         assert execution.reserved_task_id is not None
-        if len(ctx.in_rounds) >= ctx.settings.max_input_rounds:
-            raise ChannelError(
-                429,
-                f"{len(ctx.in_rounds)} synchronous calls already wait for their clients' input "
-                f"(MCPTASKS_MAX_INPUT_ROUNDS); call again later, or call with the tasks extension",
-            )
+        owner = execution.owner
         now = ctx.clock()
         fresh = transitions.new_task(
             TaskId(execution.reserved_task_id),
-            execution.owner,
+            owner,
             execution.tool,
             execution.arguments,
             now,
@@ -216,10 +241,28 @@ class SynchronousRuns:
             execution.client_capabilities,
         )
         claimed = transitions.claim(inline.hidden(fresh), ctx.holder, now, ctx.lease, inline.INLINE_TTL_MS)
-        parked, minted = transitions.add_input_requests(claimed, requests, now, round_id)
+        parked, minted = transitions.add_input_requests(claimed, requests, now, round_id)  # capability first
         offered = inline.offered_answers(parked, execution.offered_responses)
         if offered:
             parked = transitions.answer_input_requests(parked, offered, now)
+        cap = ctx.settings.max_input_rounds
+        if len(ctx.in_rounds) >= cap:
+            raise ChannelError(
+                429,
+                "the server holds too many synchronous calls waiting for their clients' input "
+                "(MCPTASKS_MAX_INPUT_ROUNDS); call again later, or call with the tasks extension",
+            )
+        if sum(1 for tenant in self._round_tenants.values() if tenant == owner.tenant) >= round_share(cap):
+            raise ChannelError(
+                429,
+                "your tenant holds its share of the synchronous calls that may wait for input (half of "
+                "MCPTASKS_MAX_INPUT_ROUNDS); answer or abandon one of them, call again later, or call with "
+                "the tasks extension",
+            )
+        refused = await self._over_quota(owner)
+        if refused is not None:
+            execution.settle(AskedForInput(refused=refused))
+            raise ChannelError(429, str(refused))
         stored = await ctx.store.create(parked)
         execution.task_id = stored.task_id
         execution.settle(AskedForInput(stored.task_id))
@@ -228,17 +271,43 @@ class SynchronousRuns:
         )
         return minted
 
+    async def _over_quota(self, owner: Owner) -> LimitReached | None:
+        """The refusal when `owner` holds its `max_unfinished_per_principal` unfinished tasks already (one
+        indexed count in the task store, up to the quota), else `None`; free without a quota.
+        """
+        ctx = self.ctx
+        quota = ctx.limits.for_tenant(owner.tenant).max_unfinished_per_principal
+        store = ctx.store
+        if not quota or not isinstance(store, UnfinishedCount):
+            return None
+        held = await store.unfinished_of(owner, quota)
+        if fair_share.over_quota(held, owner, ctx.limits) is None:
+            return None
+        metrics.LIMIT_REFUSALS.labels(
+            "max_unfinished_per_principal", metrics.tenant_label(owner.tenant, ctx.limits.metrics_tenants)
+        ).inc()
+        return LimitReached(
+            f"Too many unfinished tasks: you hold {held}, the most allowed (max_unfinished_per_principal), and "
+            "this call asked for input, which would make one more; wait for some to finish, or cancel some with "
+            "tasks/cancel, then call again",
+            "max_unfinished_per_principal",
+            quota,
+        )
+
     def _hand_over(
         self, task_id: str, tool: ToolSpec, process: ToolRun, execution: Execution, exited: asyncio.Task[int | None]
     ) -> None:
         """Supervise a promoted run's live process as a claimed task's (lease renewal, deadline, cancel)."""
         ctx = self.ctx
+        assert execution.owner is not None  # run_inline sets it
+        self._round_tenants[task_id] = execution.owner.tenant
 
         async def follow() -> None:
             try:
                 await self.supervisor.recorded(task_id, tool, process, execution)
                 await self.supervisor.follow(task_id, tool, process, execution, exited)
             finally:
+                self._round_tenants.pop(task_id, None)
                 ctx.executions.remove(execution)
                 process.discard_log()
 

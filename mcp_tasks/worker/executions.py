@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mcp_tasks.protocol.errors import JsonObject
+from mcp_tasks.tasks.errors import LimitReached
 from mcp_tasks.tasks.interfaces import ProgressSink
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import ArgumentsRef
@@ -34,10 +35,13 @@ class Finished:
 @dataclass(frozen=True, slots=True)
 class AskedForInput:
     """A synchronous run asked for input: it now runs as hidden task `task_id`, parked for the caller's
-    next round (SEP-2322), or `task_id` is `None` when its caller can take no rounds (it must stop).
+    next round (SEP-2322), or `task_id` is `None` when its caller can take no rounds (it must stop), or
+    when `refused` says why its hidden task could not be created (its caller's unfinished-task quota:
+    the call then answers that error, as a task-augmented call over the quota does).
     """
 
     task_id: str | None = None
+    refused: LimitReached | None = None
 
 
 Outcome = Finished | AskedForInput

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -352,3 +353,45 @@ async def test_a_legacy_era_call_is_held_to_the_same_quota(tmp_path: Path) -> No
 
 async def _stored(server: Embedded, count: int) -> bool:
     return await server.store.count() == count
+
+
+ASK_CAPS: dict[str, Any] = {"elicitation": {}}
+
+
+async def test_a_synchronous_call_that_asks_for_input_is_held_to_the_quota(tmp_path: Path) -> None:
+    """A synchronous call whose tool asks for input becomes a hidden task (SEP-2322 rounds): one more
+    unfinished task of its caller, so over `max_unfinished_per_principal` the call answers the quota's
+    429 error, as a task-augmented call would, and nothing is stored; another principal still asks."""
+    settings = limited(tmp_path, LimitSettings(max_unfinished_per_principal=1), max_concurrent_tasks=1)
+    async with serving(settings) as server, clients(server) as (alice, bob, _eve):
+        held = await alice.start_task("gated", {"gate": str(tmp_path / "a")})
+        refused = await alice.call_tool("asker", {}, caps=ASK_CAPS)
+        assert refused.status == 429, refused.body
+        assert refused.error["data"] == {"limit": "max_unfinished_per_principal", "maximum": 1}
+        assert "asked for input" in refused.error["message"]
+        assert await server.store.count() == 1
+        assert (await bob.call_tool("asker", {}, caps=ASK_CAPS)).result["resultType"] == "input_required"
+        await open_gate(tmp_path / "a", alice, held)
+        assert (await alice.call_tool("asker", {}, caps=ASK_CAPS)).result["resultType"] == "input_required"
+
+
+async def test_calls_waiting_for_input_are_shared_between_tenants_and_refusals_reveal_no_counts(
+    tmp_path: Path,
+) -> None:
+    """`MCPTASKS_MAX_INPUT_ROUNDS` = 3: a tenant may hold at most 2 (half, rounded up) parked calls, so
+    acme (alice, bob) cannot take evil's place; once all 3 are taken the refusal names no count of
+    anyone's; a call that asks for a kind of input its client did not declare gets that refusal first."""
+    settings = limited(tmp_path, LimitSettings(), max_input_rounds=3)
+    async with serving(settings) as server, clients(server) as (alice, bob, eve):
+        for client in (alice, bob):
+            assert (await client.call_tool("asker", {}, caps=ASK_CAPS)).result["resultType"] == "input_required"
+        over_share = (await alice.call_tool("asker", {}, caps=ASK_CAPS)).result
+        assert over_share["isError"] is True and "your tenant holds its share" in over_share["content"][0]["text"]
+        assert (await eve.call_tool("asker", {}, caps=ASK_CAPS)).result["resultType"] == "input_required"
+        full = (await eve.call_tool("asker", {}, caps=ASK_CAPS)).result
+        text = full["content"][0]["text"]
+        assert full["isError"] is True and "too many synchronous calls waiting" in text, text
+        assert not re.search(r"\d", text.replace("MCPTASKS_MAX_INPUT_ROUNDS", "")), text
+        undeclared = (await eve.call_tool("asker", {}, caps=PLAIN_CAPS)).result
+        assert "'elicitation'" in undeclared["content"][0]["text"], undeclared
+        assert "MCPTASKS_MAX_INPUT_ROUNDS" not in undeclared["content"][0]["text"]

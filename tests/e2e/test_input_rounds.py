@@ -305,16 +305,16 @@ async def test_a_follower_that_leaves_does_not_stop_the_run_for_another(
 
 
 @pytest.fixture
-async def two_rounds_at_most(tmp_path: Path) -> AsyncIterator[Embedded]:
-    async with serving(server_settings(tmp_path / "data", max_input_rounds=2)) as server:
+async def two_rounds_per_tenant(tmp_path: Path) -> AsyncIterator[Embedded]:
+    async with serving(server_settings(tmp_path / "data", max_input_rounds=3)) as server:
         yield server
 
 
 async def test_parked_runs_are_bounded_and_take_no_task_slots(
-    two_rounds_at_most: Embedded, http_session: aiohttp.ClientSession
+    two_rounds_per_tenant: Embedded, http_session: aiohttp.ClientSession
 ) -> None:
-    mcp = McpHttp(http_session, two_rounds_at_most.url)
-    for _ in range(2):
+    mcp = McpHttp(http_session, two_rounds_per_tenant.url)
+    for _ in range(2):  # one tenant (anonymous) holds at most half the places, rounded up
         assert (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result["resultType"] == "input_required"
     refused = (await mcp.call_tool("asker", {}, caps=FORM_CAPS)).result
     assert refused["isError"] is True and "MCPTASKS_MAX_INPUT_ROUNDS" in refused["content"][0]["text"]
