@@ -55,7 +55,7 @@ from mcp_tasks.tasks.errors import InvalidInputResponse, TaskNotFound
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.record import TaskRecord
 from mcp_tasks.tasks.results import error_result
-from mcp_tasks.tasks.tools import ExecutionSpec, ToolSpec
+from mcp_tasks.tasks.tools import NO_RETRIEVAL, ExecutionSpec, ToolSpec
 
 logger = logging.getLogger("mcp_tasks.gateway")
 
@@ -162,7 +162,7 @@ def follow_tools(status: str = STATUS_TOOL, respond: str = RESPOND_TOOL, cancel:
         respond=respond,
         cancel=cancel,
         tools=tools,
-        validators={tool.name: Draft202012Validator(tool.input_schema) for tool in tools},
+        validators={tool.name: Draft202012Validator(tool.input_schema, registry=NO_RETRIEVAL) for tool in tools},
         instructions=(
             f" Without the extension, some long tools answer at once with a taskId instead of their result: follow "
             f"it with {status}, answer its questions with {respond}, stop it with {cancel}."

@@ -15,6 +15,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp_types import CreateMessageResult, ElicitResult, ListRootsResult
 from pydantic import BaseModel, ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 from mcp_tasks.protocol import constants
 
@@ -62,8 +64,11 @@ def _content_problem(params: Any, content: Any) -> str | None:
         Draft202012Validator.check_schema(properties_only)
     except SchemaError:
         return None
-    validator = Draft202012Validator(properties_only)
-    error = next(iter(validator.iter_errors(content if content is not None else {})), None)
+    validator = Draft202012Validator(properties_only, registry=Registry())  # no retrieval: a URL $ref is never fetched
+    try:
+        error = next(iter(validator.iter_errors(content if content is not None else {})), None)
+    except Unresolvable:
+        return None
     if error is None:
         return None
     where = "/".join(str(part) for part in error.absolute_path) or "(root)"

@@ -19,6 +19,9 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from mcp_types import Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012, specification_with
 
 from mcp_tasks.protocol import constants, param_headers
 from mcp_tasks.protocol.errors import JsonObject
@@ -30,6 +33,69 @@ KIND_TOOL: Final = "McpTool"
 TOOL_NAME_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,128}$"
 SCOPE_TOKEN: Final = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
 """An OAuth scope token (RFC 6749 §3.3: printable ASCII without space, `"` or `\\`), bounded in length."""
+NO_RETRIEVAL: Final[Registry[Any]] = Registry()
+"""The registry every validator of a tool's schema gets: no retrieval, so a `$ref` to a URL is unresolvable
+and is never fetched (jsonschema's deprecated default would `urlopen` it, unbounded, on the event loop)."""
+_DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose values are instances, not schemas (a `$ref` key inside them is data)."""
+
+
+def schema_validator(schema: JsonObject) -> Validator:
+    """A validator of `schema` in the dialect its `$schema` names (2020-12 without one), with no retrieval.
+
+    A `$ref` that does not resolve inside `schema` raises `referencing.exceptions.Unresolvable` when a
+    validation reaches it; `unresolvable_refs` finds those beforehand.
+    """
+    return validator_for(schema, default=Draft202012Validator)(schema, registry=NO_RETRIEVAL)
+
+
+def unresolvable_refs(schema: JsonObject) -> list[str]:
+    """The `$ref`/`$dynamicRef` values of `schema` that do not resolve inside it (a URL, a missing `$defs`).
+
+    Refs are resolved against the root's base URI (`$id`, else none), without retrieval; subschemas that
+    declare their own `$id` are registered too (`Registry.crawl`).
+    """
+    specification = specification_with(str(schema.get("$schema", "")), default=DRAFT202012)
+    resource = specification.create_resource(schema)
+    base = resource.id() or ""
+    resolver = NO_RETRIEVAL.with_resource(base, resource).crawl().resolver(base_uri=base)
+    refs: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                    try:
+                        resolver.lookup(value)
+                    except Unresolvable:
+                        refs.append(value)
+                elif key not in _DATA_KEYWORDS:
+                    walk(value)
+
+    walk(schema)
+    return refs
+
+
+def _checked_schema(schema: JsonObject, what: str) -> JsonObject:
+    """`schema` if it is a JSON Schema (its `$schema`'s dialect, 2020-12 without one) whose refs all resolve
+    inside it; else `ValueError` naming `what` and the reason (the first bad ref).
+    """
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(
+            f"{what} is not a valid JSON Schema (2020-12 unless $schema names another dialect): {exc.message}"
+        ) from exc
+    refs = unresolvable_refs(schema)
+    if refs:
+        raise ValueError(
+            f"{what} has a $ref that does not resolve inside the schema: {refs[0][:200]!r} "
+            "(remote references are never fetched)"
+        )
+    return schema
 
 
 class TaskPolicy(StrEnum):
@@ -210,13 +276,12 @@ class ToolManifestSpec(_Spec):
     def _object_schema(cls, schema: JsonObject) -> JsonObject:
         if schema.get("type") != "object":
             raise ValueError('inputSchema must have "type": "object" at its root (MCP 2026-07-28 Tool)')
-        try:
-            validator_for(schema, default=Draft202012Validator).check_schema(schema)
-        except SchemaError as exc:
-            raise ValueError(
-                f"inputSchema is not a valid JSON Schema (2020-12 unless $schema names another dialect): {exc.message}"
-            ) from exc
-        return schema
+        return _checked_schema(schema, "inputSchema")
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema(cls, schema: JsonObject | None) -> JsonObject | None:
+        return None if schema is None else _checked_schema(schema, "outputSchema")
 
 
 class ManifestMetadata(_Spec):
@@ -255,7 +320,7 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         schema = self.manifest.input_schema
-        object.__setattr__(self, "validator", validator_for(schema, default=Draft202012Validator)(schema))
+        object.__setattr__(self, "validator", schema_validator(schema))
 
     @property
     def name(self) -> str:
@@ -296,19 +361,30 @@ class ToolSpec:
             return []
         if "structuredContent" not in result:
             return ["the tool declares outputSchema, so its result must carry structuredContent"]
-        validator = validator_for(schema, default=Draft202012Validator)(schema)
+        try:
+            errors = sorted(
+                schema_validator(schema).iter_errors(result["structuredContent"]), key=lambda e: list(e.absolute_path)
+            )
+        except Unresolvable as exc:
+            return [f"outputSchema cannot be checked: a $ref does not resolve inside it ({_clip(str(exc))})"]
         return [
             f"structuredContent/{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {_clip(error.message)}"
-            for error in sorted(
-                validator.iter_errors(result["structuredContent"]), key=lambda e: list(e.absolute_path)
-            )[:10]
+            for error in errors[:10]
         ]
 
     def argument_errors(self, arguments: JsonObject) -> list[str]:
-        """Validate `arguments` against `inputSchema`; return readable messages (empty when valid)."""
+        """Validate `arguments` against `inputSchema`; return readable messages (empty when valid).
+
+        A `$ref` that does not resolve inside the schema (refused at load, so only a schema built otherwise)
+        answers one message saying so; it is never fetched.
+        """
+        try:
+            errors = sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        except Unresolvable as exc:
+            return [f"(root): inputSchema cannot be checked: a $ref does not resolve inside it ({_clip(str(exc))})"]
         return [
             f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {_clip(error.message)}"
-            for error in sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))[:10]
+            for error in errors[:10]
         ]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from mcp_tasks.tasks.servers import (
     parse_server_manifest,
     tool_specs,
 )
-from mcp_tasks.tasks.tools import TaskPolicy
+from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 
 BRIDGE = ["python", "-m", "mcp_tasks.bridge"]
 
@@ -169,3 +171,67 @@ def test_unusable_listed_tools_are_left_out_with_a_reason() -> None:
     assert [spec.name for spec in specs] == ["echo"]
     assert len(refusals) == 3
     assert "'has space'" in refusals[0] and "'bad'" in refusals[1] and "spec.tools.ghost" in refusals[2]
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, socket.socket]]:
+    """A loopback listener nobody accepts on: a connection attempt stays in its backlog for the test to see."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/schema.json", sock
+
+
+def _connections(sock: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def test_a_remote_ref_is_refused_at_discovery_and_never_fetched(listener: tuple[str, socket.socket]) -> None:
+    """Our own choice (SSRF): a schema's `$ref` must resolve inside it; a URL is refused, naming it, never fetched."""
+    url, sock = listener
+    remote_in = {
+        **PLAIN_ECHO,
+        "name": "fetch_in",
+        "inputSchema": {"type": "object", "properties": {"a": {"$ref": url}}},
+    }
+    remote_out = {**PLAIN_ECHO, "name": "fetch_out", "outputSchema": {"$ref": url}}
+    missing = {**PLAIN_ECHO, "name": "missing", "inputSchema": {"type": "object", "$ref": "#/$defs/nowhere"}}
+    local = {
+        **PLAIN_ECHO,
+        "name": "local",
+        "inputSchema": {
+            "type": "object",
+            "$defs": {"n": {"type": "number"}},
+            "properties": {"a": {"$ref": "#/$defs/n"}, "b": {"const": {"$ref": url}}},
+        },
+    }
+    server = parse_server_manifest(_document(), source="s")
+    specs, refusals = tool_specs(server, _discovery(remote_in, remote_out, missing, local), BRIDGE)
+    assert [spec.name for spec in specs] == ["local"]
+    assert len(refusals) == 3
+    assert "'fetch_in'" in refusals[0] and url in refusals[0] and "inputSchema" in refusals[0]
+    assert "'fetch_out'" in refusals[1] and url in refusals[1] and "outputSchema" in refusals[1]
+    assert "#/$defs/nowhere" in refusals[2]
+    assert specs[0].argument_errors({"a": "x"}) and not specs[0].argument_errors({"a": 1})
+    assert _connections(sock) == 0
+
+
+def test_a_remote_ref_that_slipped_through_answers_an_error_not_a_fetch(listener: tuple[str, socket.socket]) -> None:
+    """Our own choice: a validator never retrieves; an unresolvable ref at validation is a readable message."""
+    url, sock = listener
+    server = parse_server_manifest(_document(), source="s")
+    (spec,), _ = tool_specs(server, _discovery(PLAIN_ECHO), BRIDGE)
+    schema = {"type": "object", "properties": {"a": {"$ref": url}}}
+    manifest = spec.manifest.model_copy(update={"input_schema": schema, "output_schema": schema})
+    slipped = ToolSpec(manifest=manifest, tool=spec.tool, source="s")
+    assert "does not resolve" in slipped.argument_errors({"a": 1})[0]
+    assert "does not resolve" in slipped.result_errors({"content": [], "structuredContent": {"a": 1}})[0]
+    assert _connections(sock) == 0
