@@ -55,6 +55,8 @@ class SynchronousRuns:
         self.supervisor = supervisor
         self._round_tenants: dict[str, str] = {}
         """Tenant of each parked run this executor handed over (task id → tenant), for `round_share`."""
+        self._quota_locks = tuple(asyncio.Lock() for _ in range(64))
+        """Striped by principal: a promotion's quota count and its create hold one (`promote`)."""
 
     async def run_inline(self, call: InlineCall) -> JsonObject:
         """Run a tool synchronously (no task) and return its `CallToolResult` (`ToolExecutor`).
@@ -259,11 +261,15 @@ class SynchronousRuns:
                 "MCPTASKS_MAX_INPUT_ROUNDS); answer or abandon one of them, call again later, or call with "
                 "the tasks extension",
             )
-        refused = await self._over_quota(owner)
-        if refused is not None:
-            execution.settle(AskedForInput(refused=refused))
-            raise ChannelError(429, str(refused))
-        stored = await ctx.store.create(parked)
+        # The count and the create hold one lock of the principal's, so its runs asking at once on this
+        # executor cannot both take its last free place (a task-augmented call on the gateway, which holds
+        # its own, still can, by one each).
+        async with self._quota_locks[hash(owner) % len(self._quota_locks)]:
+            refused = await self._over_quota(owner)
+            if refused is not None:
+                execution.settle(AskedForInput(refused=refused))
+                raise ChannelError(429, str(refused))
+            stored = await ctx.store.create(parked)
         execution.task_id = stored.task_id
         execution.settle(AskedForInput(stored.task_id))
         logger.info(
