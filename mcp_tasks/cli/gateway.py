@@ -141,7 +141,9 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         legacy_issuer=legacy_owner_issuer(settings),
     )
     observability.record_writes(store)
-    catalog = KubernetesToolCatalog(cluster.api_client, cluster.namespace, kube.watch_timeout_s)
+    catalog = KubernetesToolCatalog(
+        cluster.api_client, cluster.namespace, kube.watch_timeout_s, settings.gateway.follow_tool_names()
+    )
     signer = load_warm_call_signer(settings)
     runner = (
         LocalRunner(

@@ -46,6 +46,7 @@ async def operator(settings: Settings) -> None:
         warm_call_signer=load_warm_call_signer(settings),
         warm_tls=warm_peer_tls(settings),
         limits=settings.limits,
+        follow_tools=settings.gateway.follow_tool_names(),
         # client-go's shape: the pod's name, and a suffix so that a restarted process is a new holder
         identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
     )

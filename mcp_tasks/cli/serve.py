@@ -126,7 +126,7 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
     )
     store = SqliteTaskStore(data_dir / "tasks.sqlite3", legacy_issuer=legacy_owner_issuer(settings))
     observability.record_writes(store)
-    catalog = FileToolCatalog(serve.tools_dirs)
+    catalog = FileToolCatalog(serve.tools_dirs, settings.gateway.follow_tool_names())
     artifacts = artifact_store(settings, data_dir, settings.runner.artifact_max_bytes)
     runner = LocalRunner(
         store,

@@ -41,6 +41,7 @@ from mcp_tasks.store.kubernetes import KubernetesTaskStore, KubernetesToolCatalo
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.interfaces import ArtifactStore, utc_now
 from mcp_tasks.tasks.limits import LimitSettings
+from mcp_tasks.tasks.servers import DEFAULT_FOLLOW_TOOLS
 from mcp_tasks.worker import tls
 from mcp_tasks.worker.api import create_worker_app
 from mcp_tasks.worker.channel import WorkerChannel
@@ -73,6 +74,8 @@ class OperatorWiring:
         identity: this replica's holder identity in the leader Lease (unique per process).
         warm_tls: how warm pods' HTTPS is verified (`MCPTASKS_WARM_TLS_CA_FILE`); `None`: plain HTTP.
         limits: the running budgets per tenant and principal the admission holds tasks to (`admission`).
+        follow_tools: the gateways' handoff follow tool names, which no McpServer tool may take (the
+            catalog's verdicts must match the gateways').
     """
 
     api_client: ApiClient
@@ -86,6 +89,7 @@ class OperatorWiring:
     identity: str
     warm_tls: tls.PeerTls | None = None
     limits: LimitSettings = field(default_factory=LimitSettings)
+    follow_tools: tuple[str, ...] = DEFAULT_FOLLOW_TOOLS
 
 
 def connection_info(configuration: Configuration, namespace: str) -> kopf.ConnectionInfo:
@@ -118,7 +122,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
         store = KubernetesTaskStore(api, namespace, utc_now, wiring.watch_timeout_s, full_objects=0)
         stack.push_async_callback(store.aclose)
         stack.callback(observability.record_writes(store))
-        catalog = KubernetesToolCatalog(api, namespace, wiring.watch_timeout_s)
+        catalog = KubernetesToolCatalog(api, namespace, wiring.watch_timeout_s, wiring.follow_tools)
         stack.push_async_callback(catalog.aclose)
         artifacts = wiring.artifacts
         try:

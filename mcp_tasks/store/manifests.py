@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -71,12 +71,15 @@ class FileToolCatalog:
 
     Args:
         folders: folders to scan for `*.yaml`/`*.yml` manifests.
+        follow_tools: the handoff follow tools' names (`GatewaySettings.follow_tool_names()`), which no
+            McpServer's tool may take (an McpTool may: a catalog tool wins, docs/handoff.md).
 
     Raises:
         InvalidToolManifest: a manifest is invalid, a folder is missing, or two manifests declare one tool name.
     """
 
-    def __init__(self, folders: Iterable[Path]) -> None:
+    def __init__(self, folders: Iterable[Path], follow_tools: Collection[str] = servers.DEFAULT_FOLLOW_TOOLS) -> None:
+        self._follow_tools = tuple(follow_tools)
         tools: dict[str, ToolSpec] = {}
         self.servers: list[servers.ServerSpec] = []
         """The McpServers declared, in declaration order; their tools join at `discover_servers`."""
@@ -102,6 +105,8 @@ class FileToolCatalog:
         self._file_tools = dict(tools)
         self._server_tools: dict[str, tuple[ToolSpec, ...]] = {}
         self._discovered_at: dict[str, float] = {}
+        self._built: dict[str, tuple[str, tuple[servers.ServerToolSpec, ...], tuple[str, ...]]] = {}
+        """Server name → (digest of the listing, its specs, its refusals): an unchanged listing is not rebuilt."""
         self._tools = tools
         logger.info("loaded %d tools", len(self._tools))
 
@@ -159,9 +164,23 @@ class FileToolCatalog:
         except server_discovery.DiscoveryFailed as exc:
             logger.error("McpServer %s is left out: %s", server.name, exc)
             return [str(exc)]
-        specs, refusals = servers.tool_specs(server, found, BRIDGE_COMMAND)
-        for refusal in refusals:
-            logger.warning("%s", refusal)
+        too_many = servers.too_many_tools(server, found)
+        if too_many is not None:
+            logger.error("McpServer %s: %s; it keeps the tools it had", server.name, too_many)
+            return [too_many]
+        digest = await asyncio.to_thread(servers.listing_digest, found)
+        built = self._built.get(server.name)
+        if built is not None and built[0] == digest:
+            specs, refusals = list(built[1]), list(built[2])
+        else:
+            # ~1 ms of CPU a tool (its schemas' metaschema checks): off the event loop, so a large listing
+            # does not hold up other requests.
+            specs, refusals = await asyncio.to_thread(
+                servers.tool_specs, server, found, BRIDGE_COMMAND, self._follow_tools
+            )
+            self._built[server.name] = (digest, tuple(specs), tuple(refusals))
+            for refusal in refusals:
+                logger.warning("%s", refusal)
         others = {
             name: spec
             for name, spec in self._tools.items()

@@ -11,8 +11,9 @@ Parsing and pure mapping only; no I/O here (docs/mcp-servers.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePath
@@ -41,6 +42,10 @@ ENV_BRIDGE_TOOL: Final = contract.ENV_BRIDGE_TOOL
 ENV_BRIDGE_IDEMPOTENT: Final = contract.ENV_BRIDGE_IDEMPOTENT
 """`true` when the tool is idempotent: the bridge re-sends a call the server lost to a fresh server."""
 BRIDGE_MODULE: Final = "mcp_tasks.bridge"
+MAX_SERVER_TOOLS: Final = 1000
+"""Most tools one McpServer may list (docs/mcp-servers.md §Limits). A larger listing is refused whole: the
+server keeps the tools it had. Each listed tool costs about 1 ms of gateway CPU to check (its schemas against
+their metaschema), more for large schemas."""
 """`python -m mcp_tasks.bridge` runs one call (or, warm, serves calls) against the server."""
 
 
@@ -258,8 +263,35 @@ def _check_schema(schema: object, what: str) -> JsonObject:
     return schema
 
 
+DEFAULT_FOLLOW_TOOLS: Final = ("task_status", "task_respond", "task_cancel")
+"""The handoff follow tools' default names (`GatewaySettings.handoff_*_tool`), taken for server tools."""
+
+
+def too_many_tools(server: ServerSpec, discovery: Discovery) -> str | None:
+    """Why `discovery` is refused whole (it lists more than `MAX_SERVER_TOOLS` tools), or `None`."""
+    count = len(discovery.tools)
+    if count <= MAX_SERVER_TOOLS:
+        return None
+    return (
+        f"{server.source}: the server lists {count} tools, more than the {MAX_SERVER_TOOLS} one McpServer may "
+        "serve; none of this listing is served (split the server, or expose fewer tools)"
+    )
+
+
+def listing_digest(discovery: Discovery) -> str:
+    """A SHA-256 hex digest of what discovery found (protocol version, server info, tools verbatim).
+
+    Two discoveries with the same digest give the same `tool_specs` for the same McpServer spec.
+    """
+    listing = [discovery.protocol_version, discovery.server_info, list(discovery.tools)]
+    return hashlib.sha256(json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def tool_specs(
-    server: ServerSpec, discovery: Discovery, bridge_command: Sequence[str]
+    server: ServerSpec,
+    discovery: Discovery,
+    bridge_command: Sequence[str],
+    follow_tools: Collection[str] = DEFAULT_FOLLOW_TOOLS,
 ) -> tuple[list[ServerToolSpec], list[str]]:
     """The server's listed tools as `ToolSpec`s run by the bridge, and why any listed tool was left out.
 
@@ -268,16 +300,25 @@ def tool_specs(
     in `ENV_BRIDGE_SERVER` and the tool's server name in `ENV_BRIDGE_TOOL`. A tool with `expose: false` is
     left out silently; one whose name (with prefix) is not a valid MCP tool name, or whose `inputSchema` is
     not a JSON Schema object, is left out with a reason; so is a `spec.tools` key the server did not list.
+    A tool whose name (with prefix) is a handoff follow tool's is left out with a reason: the follow tools
+    are how hosts without the tasks extension follow tasks (docs/handoff.md), so no server tool takes
+    their name over. A name the listing repeats is served once, the first listed, with a reason for the
+    others (a listing bug, e.g. across pages, should not cost the server its tools).
 
     Args:
         server: the parsed McpServer.
         discovery: what discovery found (`tools` verbatim).
         bridge_command: argv of the bridge (first element `python` means the runner's own interpreter).
+        follow_tools: the handoff follow tools' names (`GatewaySettings.follow_tool_names()`).
 
     Returns:
-        `(specs, refusals)`: specs in listing order; refusals are readable sentences naming the tool.
+        `(specs, refusals)`: specs in listing order; refusals are readable sentences naming the tool. A
+        listing of more than `MAX_SERVER_TOOLS` tools gives no specs and one refusal (`too_many_tools`).
     """
     spec = server.manifest
+    too_many = too_many_tools(server, discovery)
+    if too_many is not None:
+        return [], [too_many]
     target = json.dumps(bridge_target(server), separators=(",", ":"))
     specs: list[ServerToolSpec] = []
     refusals: list[str] = []
@@ -287,11 +328,20 @@ def tool_specs(
         if not isinstance(server_name, str):
             refusals.append(f"{server.source}: a listed tool has no name")
             continue
+        if server_name in seen:
+            refusals.append(f"{server.source}: tool {server_name!r} is listed twice; the first listed is served")
+            continue
         seen.add(server_name)
         override = spec.tools.get(server_name)
         if override is not None and not override.expose:
             continue
         name = spec.tool_name_prefix + server_name
+        if name in follow_tools:
+            refusals.append(
+                f"{server.source}: tool {server_name!r} is left out: {name!r} is the name of a handoff follow "
+                "tool, which hosts without the tasks extension follow tasks with (set spec.toolNamePrefix)"
+            )
+            continue
         try:
             input_schema = _check_schema(listed.get("inputSchema"), "inputSchema")
             output = listed.get("outputSchema")

@@ -11,8 +11,10 @@ import pytest
 
 from mcp_tasks.tasks.errors import InvalidToolManifest
 from mcp_tasks.tasks.servers import (
+    DEFAULT_FOLLOW_TOOLS,
     ENV_BRIDGE_SERVER,
     ENV_BRIDGE_TOOL,
+    MAX_SERVER_TOOLS,
     Discovery,
     ServerToolSpec,
     Transport,
@@ -235,3 +237,41 @@ def test_a_remote_ref_that_slipped_through_answers_an_error_not_a_fetch(listener
     assert "does not resolve" in slipped.argument_errors({"a": 1})[0]
     assert "does not resolve" in slipped.result_errors({"content": [], "structuredContent": {"a": 1}})[0]
     assert _connections(sock) == 0
+
+
+@pytest.mark.parametrize("follow_tools", [DEFAULT_FOLLOW_TOOLS, ("follow_status", "follow_respond", "follow_cancel")])
+def test_a_server_tool_named_like_a_follow_tool_is_left_out_naming_it_and_the_prefix(
+    follow_tools: tuple[str, str, str],
+) -> None:
+    """Our own choice: the follow tools are how hosts without the extension follow tasks; no server tool takes one."""
+    listed = [{**PLAIN_ECHO, "name": name} for name in follow_tools]
+    server = parse_server_manifest(_document(), source="s")
+    specs, refusals = tool_specs(server, _discovery(*listed, PLAIN_ECHO), BRIDGE, follow_tools)
+    assert [spec.name for spec in specs] == ["echo"]
+    assert len(refusals) == 3
+    for name, refusal in zip(follow_tools, refusals, strict=True):
+        assert repr(name) in refusal and "follow tool" in refusal and "spec.toolNamePrefix" in refusal
+    prefixed = parse_server_manifest(_document(toolNamePrefix="srv_"), source="s")
+    specs, refusals = tool_specs(prefixed, _discovery(*listed), BRIDGE, follow_tools)
+    assert [spec.name for spec in specs] == [f"srv_{name}" for name in follow_tools] and refusals == []
+
+
+def test_a_tool_listed_twice_is_served_once_the_first_listed() -> None:
+    """Our own choice: a repeated name (a listing bug) keeps the first, with a reason, not the last silently."""
+    first = {**PLAIN_ECHO, "description": "first"}
+    second = {**PLAIN_ECHO, "description": "second"}
+    server = parse_server_manifest(_document(), source="s")
+    specs, refusals = tool_specs(server, _discovery(first, second), BRIDGE)
+    assert [spec.tool.description for spec in specs] == ["first"]
+    assert len(refusals) == 1 and "'echo' is listed twice" in refusals[0]
+
+
+def test_a_listing_over_the_cap_is_refused_whole_saying_why() -> None:
+    """Our own choice: a server listing more than MAX_SERVER_TOOLS tools is refused, not checked tool by tool."""
+    listed = [{**PLAIN_ECHO, "name": f"t{i}"} for i in range(MAX_SERVER_TOOLS + 1)]
+    server = parse_server_manifest(_document(), source="s")
+    specs, refusals = tool_specs(server, _discovery(*listed), BRIDGE)
+    assert specs == [] and len(refusals) == 1
+    assert f"lists {MAX_SERVER_TOOLS + 1} tools" in refusals[0] and str(MAX_SERVER_TOOLS) in refusals[0]
+    specs, refusals = tool_specs(server, _discovery(*listed[:MAX_SERVER_TOOLS]), BRIDGE)
+    assert len(specs) == MAX_SERVER_TOOLS and refusals == []

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -24,7 +26,14 @@ from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.resources import SERVER_PLURAL, TOOL_PLURAL
 from mcp_tasks.store.kubernetes.watch import Reflector
 from mcp_tasks.tasks.errors import InvalidToolManifest
-from mcp_tasks.tasks.servers import BRIDGE_MODULE, Discovery, parse_server_manifest, tool_specs
+from mcp_tasks.tasks.servers import (
+    BRIDGE_MODULE,
+    DEFAULT_FOLLOW_TOOLS,
+    Discovery,
+    listing_digest,
+    parse_server_manifest,
+    tool_specs,
+)
 from mcp_tasks.tasks.tools import ToolSpec, parse_manifest
 
 logger = logging.getLogger("mcp_tasks.store.kubernetes")
@@ -98,10 +107,22 @@ class KubernetesToolCatalog:
         api_client: an open kubernetes_asyncio `ApiClient`.
         namespace: where the McpTools live (the gateway's namespace).
         watch_timeout_s: server-side timeout of one WATCH request, in seconds.
+        follow_tools: the handoff follow tools' names (`GatewaySettings.follow_tool_names()`), which no
+            McpServer's tool may take (an McpTool may: a catalog tool wins, docs/handoff.md).
     """
 
-    def __init__(self, api_client: ApiClient, namespace: str, watch_timeout_s: int = 300) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        namespace: str,
+        watch_timeout_s: int = 300,
+        follow_tools: Collection[str] = DEFAULT_FOLLOW_TOOLS,
+    ) -> None:
         self.namespace = namespace
+        self._follow_tools = tuple(follow_tools)
+        self._built: dict[str, tuple[str, tuple[ToolSpec, ...], tuple[str, ...]]] = {}
+        """McpServer name → (digest of its spec and discovery, its specs, its refusals): a rebuild for another
+        object's change does not check an unchanged server's listing again."""
         self._objects: dict[str, JsonObject] = {}
         self._listing: dict[str, JsonObject] = {}  # pages of a listing in progress
         self._tools: dict[str, ToolSpec] = {}
@@ -272,13 +293,23 @@ class KubernetesToolCatalog:
             if discovery is None:
                 verdicts[name] = ServerVerdict(False, (), generation=generation, status=status)
                 continue
-            specs, refusals = tool_specs(server, discovery, BRIDGE_COMMAND)
-            if server.manifest.warm is not None:  # no warm server pods yet: each call gets its Job
+            key = hashlib.sha256(
+                json.dumps(obj.get("spec"), sort_keys=True, default=str).encode() + listing_digest(discovery).encode()
+            ).hexdigest()
+            built = self._built.get(name)
+            if built is None or built[0] != key:
+                # cost: ~1 ms of CPU a tool (at most MAX_SERVER_TOOLS), paid again only when the listing changes
+                fresh, fresh_refusals = tool_specs(server, discovery, BRIDGE_COMMAND, self._follow_tools)
+                if server.manifest.warm is not None:  # no warm server pods yet: each call gets its Job
+                    fresh = [
+                        dataclasses.replace(spec, manifest=spec.manifest.model_copy(update={"warm": None}))
+                        for spec in fresh
+                    ]
+                built = (key, tuple(fresh), tuple(fresh_refusals))
+                self._built[name] = built
+            specs, refusals = list(built[1]), list(built[2])
+            if server.manifest.warm is not None:
                 self._report(f"{source}: spec.warm is not run on Kubernetes yet; its tools run per call")
-                specs = [
-                    dataclasses.replace(spec, manifest=spec.manifest.model_copy(update={"warm": None}))
-                    for spec in specs
-                ]
             served: list[str] = []
             for spec in specs:
                 if spec.name in tools:
@@ -291,6 +322,8 @@ class KubernetesToolCatalog:
             for refusal in refusals:
                 self._report(refusal)
             verdicts[name] = ServerVerdict(True, tuple(served), tuple(refusals), generation=generation, status=status)
+        for gone in set(self._built) - set(self._servers.objects):
+            del self._built[gone]
         return verdicts
 
 
