@@ -58,7 +58,7 @@ from mcp_tasks.store.kubernetes.resources import GROUP, SERVER_PLURAL, VERSION, 
 from mcp_tasks.tasks.errors import InvalidToolManifest, StoreUnavailable
 from mcp_tasks.tasks.interfaces import Clock, utc_now
 from mcp_tasks.tasks.record import iso_ms
-from mcp_tasks.tasks.servers import Discovery, ServerSpec, parse_server_manifest, tool_specs
+from mcp_tasks.tasks.servers import MAX_SERVER_TOOLS, Discovery, ServerSpec, parse_server_manifest, tool_specs
 
 logger = logging.getLogger("mcp_tasks.operator")
 
@@ -252,7 +252,8 @@ def discovery_from_report(body: Any) -> JsonObject:
     """The status fields of a bridge's discovery report (`{"result": {"structuredContent": {...}}}`).
 
     Raises:
-        ValueError: the body is not a discovery report (the message says what is wrong).
+        ValueError: the body is not a discovery report, or it lists more than `MAX_SERVER_TOOLS` tools
+            (the message says what is wrong).
     """
     result = body.get("result") if isinstance(body, dict) else None
     found = result.get("structuredContent") if isinstance(result, dict) else None
@@ -261,6 +262,11 @@ def discovery_from_report(body: Any) -> JsonObject:
     tools, info, version = found.get("tools"), found.get("serverInfo"), found.get("protocolVersion")
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("tools must be a list of Tool objects")
+    if len(tools) > MAX_SERVER_TOOLS:
+        raise ValueError(
+            f"the server lists {len(tools)} tools, more than the {MAX_SERVER_TOOLS} one McpServer may serve "
+            "(split the server, or expose fewer tools)"
+        )
     if not isinstance(info, dict) or not isinstance(version, str) or not version:
         raise ValueError("serverInfo (an object) and protocolVersion (a string) are required")
     status: JsonObject = {
@@ -435,6 +441,12 @@ class ServerDiscovery:
                 return web.json_response({"message": f"a report is at most {MAX_REPORT_BYTES} bytes"}, status=413)
             fields = discovery_from_report(json.loads(raw))
         except ValueError as exc:
+            refused = self.catalog.servers().get(name)
+            if refused is not None:  # the tools it had stay served: only lastError and Discovered change
+                try:
+                    await self._discovered_false(refused, "DiscoveryFailed", f"not a discovery report: {exc}")
+                except (client.ApiError, StoreUnavailable) as written:
+                    logger.warning("mcpserver/%s: could not write its lastError: %s", name, written)
             return web.json_response({"message": f"not a discovery report: {exc}"}, status=400)
         obj = self.catalog.servers().get(name)
         previous = list(((obj or {}).get("status") or {}).get("conditions") or [])

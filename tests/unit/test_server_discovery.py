@@ -18,7 +18,7 @@ from mcp_tasks.operator.server_discovery import (
 )
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.store.kubernetes.catalog import ServerVerdict
-from mcp_tasks.tasks.servers import parse_server_manifest
+from mcp_tasks.tasks.servers import MAX_SERVER_TOOLS, parse_server_manifest
 
 NOW = datetime.now(UTC)
 
@@ -79,6 +79,11 @@ def test_a_report_must_be_a_discovery() -> None:
         {},
         {"result": {"content": []}},
         {"result": {"structuredContent": {**report, "tools": ["x"]}}},
+        {
+            "result": {
+                "structuredContent": {**report, "tools": [{"name": f"t{i}"} for i in range(MAX_SERVER_TOOLS + 1)]}
+            }
+        },
     ]
     for bad in bad_reports:
         with pytest.raises(ValueError):
