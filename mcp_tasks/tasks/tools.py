@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
+import jsonschema_specifications  # type: ignore[import-untyped]  # jsonschema's own dependency; no stubs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
@@ -33,9 +34,10 @@ KIND_TOOL: Final = "McpTool"
 TOOL_NAME_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,128}$"
 SCOPE_TOKEN: Final = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
 """An OAuth scope token (RFC 6749 §3.3: printable ASCII without space, `"` or `\\`), bounded in length."""
-NO_RETRIEVAL: Final[Registry[Any]] = Registry()
-"""The registry every validator of a tool's schema gets: no retrieval, so a `$ref` to a URL is unresolvable
-and is never fetched (jsonschema's deprecated default would `urlopen` it, unbounded, on the event loop)."""
+NO_RETRIEVAL: Final[Registry[Any]] = cast("Registry[Any]", jsonschema_specifications.REGISTRY)
+"""The registry every validator of a tool's schema gets: the JSON Schema metaschemas (bundled) and nothing
+else, with no retrieval, so a `$ref` to any other URL is unresolvable and is never fetched (jsonschema's
+deprecated default would `urlopen` it, unbounded, on the event loop)."""
 _DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are instances, not schemas (a `$ref` key inside them is data)."""
 

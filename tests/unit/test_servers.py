@@ -212,7 +212,11 @@ def test_a_remote_ref_is_refused_at_discovery_and_never_fetched(listener: tuple[
         "inputSchema": {
             "type": "object",
             "$defs": {"n": {"type": "number"}},
-            "properties": {"a": {"$ref": "#/$defs/n"}, "b": {"const": {"$ref": url}}},
+            "properties": {
+                "a": {"$ref": "#/$defs/n"},
+                "b": {"const": {"$ref": url}},
+                "c": {"$ref": "https://json-schema.org/draft/2020-12/schema"},
+            },
         },
     }
     server = parse_server_manifest(_document(), source="s")
