@@ -45,7 +45,12 @@ async def test_a_tool_lost_while_waiting_for_input_is_decided_by_the_outcome_rul
 
     lost = await mcp.wait_status(once, "failed", "completed", "cancelled", timeout_s=WAIT_S)
     assert lost["status"] == "completed" and lost["result"]["isError"] is True, lost
-    assert lost["statusMessage"] == "Completed with a tool error: Tool 'asker' ended without a result", lost
+    # The cause names the exit code when the deleted pod's terminated container (SIGTERM: 143) is seen before
+    # the pod is gone, as a kubelet reports it; either way the one outcome, never a second run.
+    assert lost["statusMessage"] in {
+        "Completed with a tool error: Tool 'asker' ended without a result",
+        "Completed with a tool error: Tool 'asker' exited with code 143 without a result",
+    }, lost
     (job,) = jobs_of(control_plane, namespace, once)
     assert job["spec"]["backoffLimit"] == 0 and job["status"].get("failed") == 1, "run once, never again"
 

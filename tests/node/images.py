@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -74,7 +75,7 @@ def base_rootfs() -> Path:
 
 
 def wheelhouse() -> Path:
-    """Wheels of the project's dependencies (extra `s3`) and of its build backend, built on the host with
+    """Wheels of the project's dependencies (extras `s3` and `servers`) and of its build backend, built on the host with
     this interpreter's pip, cached by `pyproject.toml` and the Python version. The project's own wheel is
     not kept: the image builds it from the copied source.
 
@@ -224,11 +225,27 @@ def _build_project(dockerd: Dockerd, source: Path, context: Path, wheels: Path, 
     )
 
 
+def shares_wheelhouse(previous: Path) -> bool:
+    """Whether the `wheelhouse` of this tree holds every wheel the release at `previous` installs: the same
+    build system, the same dependencies, and each of its extras unchanged here (this tree may add extras and
+    tool sections; those change nothing the previous image installs).
+    """
+    before = tomllib.loads((previous / "pyproject.toml").read_text())
+    now = tomllib.loads((REPO / "pyproject.toml").read_text())
+    extras_before = before["project"].get("optional-dependencies", {})
+    extras_now = now["project"].get("optional-dependencies", {})
+    return (
+        before.get("build-system") == now.get("build-system")
+        and before["project"].get("dependencies") == now["project"].get("dependencies")
+        and all(extras_now.get(name) == wanted for name, wanted in extras_before.items())
+    )
+
+
 def build_images(dockerd: Dockerd, workdir: Path) -> list[str]:
     """Import the cached base, build the pause image and the project's image from the repository's
     Dockerfile (`BASE` the Debian base, `WHEELS` the wheelhouse, no network during the build), and the
-    image of `PREVIOUS_COMMIT` when this clone holds it (its `pyproject.toml` must be this one's: the
-    wheelhouse is shared). Returns the tags built.
+    image of `PREVIOUS_COMMIT` when this clone holds it and `shares_wheelhouse` (the wheelhouse is
+    shared). Returns the tags built.
 
     Raises:
         subprocess.CalledProcessError: a step failed (its output is on stderr).
@@ -244,7 +261,7 @@ def build_images(dockerd: Dockerd, workdir: Path) -> list[str]:
     _build_project(dockerd, REPO, workdir / "context", wheels, IMAGE)
     built = [IMAGE, PAUSE_IMAGE]
     previous = previous_source(workdir / "previous")
-    if previous is not None and (previous / "pyproject.toml").read_text() == (REPO / "pyproject.toml").read_text():
+    if previous is not None and shares_wheelhouse(previous):
         _build_project(dockerd, previous, workdir / "context-previous", wheels, PREVIOUS_IMAGE)
         built.append(PREVIOUS_IMAGE)
     return built
