@@ -25,7 +25,7 @@ from mcp_tasks.tasks.ids import TaskId, mint_task_id
 from mcp_tasks.tasks.interfaces import FairQueue, InlineCall, InputNeeded, UnfinishedCount
 from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.results import error_result
-from mcp_tasks.tasks.tools import ToolSpec
+from mcp_tasks.tasks.tools import TaskPolicy, ToolSpec
 from mcp_tasks.worker.channel import ChannelError
 from mcp_tasks.worker.executions import AskedForInput, Execution, Finished
 
@@ -79,14 +79,14 @@ class SynchronousRuns:
         owners = self.ctx.inline_owners
         owners[call.owner] += 1  # first, so that concurrent calls of one principal see each other
         try:
-            await self._within_budget(call.owner)
+            await self._within_budget(call.owner, call.tool)
             return await self._run_inline(call)
         finally:
             owners[call.owner] -= 1
             if owners[call.owner] <= 0:
                 del owners[call.owner]
 
-    async def _within_budget(self, owner: Owner) -> None:
+    async def _within_budget(self, owner: Owner, tool: ToolSpec) -> None:
         """Refuse a synchronous run over its running budget (`fair_share.over_budget`); free without budgets.
 
         Raises:
@@ -110,9 +110,13 @@ class SynchronousRuns:
         )
         metrics.LIMIT_REFUSALS.labels(held_by, metrics.tenant_label(owner.tenant, ctx.limits.metrics_tenants)).inc()
         whose = "your tenant is" if held_by == "max_running_per_tenant" else "you are"
+        queue = (
+            ", or call the tool with the tasks extension to wait in the queue"
+            if tool.execution.task_policy is not TaskPolicy.NEVER
+            else ""
+        )
         raise LimitReached(
-            f"Not started: {whose} at the limit of {maximum} running tasks ({held_by}); retry later, or call the "
-            "tool with the tasks extension to wait in the queue",
+            f"Not started: {whose} at the limit of {maximum} running tasks ({held_by}); retry later{queue}",
             held_by,
             maximum,
             INLINE_RETRY_AFTER_MS,

@@ -171,6 +171,10 @@ async def test_a_synchronous_call_counts_against_the_running_budget(tmp_path: Pa
         assert refused.status == 429, refused.body
         assert refused.error["data"]["limit"] == "max_running_per_principal"
         assert refused.error["data"]["retryAfterMs"] == 1000 and refused.headers["Retry-After"] == "1"
+        # greet is never a task: no advice to call it as one; a tool that can be one gets that advice
+        assert "tasks extension" not in refused.error["message"], refused.error
+        can_queue = await alice.call_tool("sleeper", {"seconds": 0}, caps=PLAIN_CAPS)
+        assert can_queue.status == 429 and "tasks extension to wait in the queue" in can_queue.error["message"]
         assert (await bob.call_tool("greet", {"name": "B"})).result["content"][0]["text"] == "Hello, B!"
         await open_gate(tmp_path / "g", alice, running)
         assert (await alice.call_tool("greet", {"name": "A"})).result["content"][0]["text"] == "Hello, A!"
