@@ -129,6 +129,10 @@ class WarmServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = socket.SOMAXCONN
+    """The listen backlog: `socketserver`'s default of 5 drops the SYNs of a burst of connections (the
+    executors' calls, or a client's idle ones), which then wait out the kernel's retransmit back-off (1 s, 3 s,
+    7 s...) before the accept loop sees them."""
 
     def __init__(
         self,
