@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks.fair_share import QUEUED_PREFIX
+from mcp_tasks.tasks.frozen_mapping import FrozenJsonMapping
 
 QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 """The label Kueue reads a Job's LocalQueue from (Kueue's `constants.QueueLabel`)."""
@@ -30,37 +30,13 @@ QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 _LABEL_VALUE: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
-class QueueNames(Mapping[str, str]):
+class QueueNames(FrozenJsonMapping[str]):
     """A name → LocalQueue mapping (tenant or tool name to queue), immutable and hashable.
 
     `str()` is its JSON (sorted keys), or `""` when empty.
     """
 
-    __slots__ = ("_items",)
-
-    def __init__(self, items: Mapping[str, str] | None = None) -> None:
-        self._items: dict[str, str] = dict(items or {})
-
-    def __getitem__(self, key: str) -> str:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(str(self))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, QueueNames) and self._items == other._items
-
-    def __str__(self) -> str:
-        return json.dumps(self._items, sort_keys=True, separators=(",", ":")) if self._items else ""
-
-    def __repr__(self) -> str:
-        return f"QueueNames({self._items!r})"
+    __slots__ = ()
 
 
 def check_queue_name(name: str) -> None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
+
+from mcp_tasks.tasks.frozen_mapping import FrozenJsonMapping
 
 OVERRIDABLE: Final = (
     "max_running_per_tenant",
@@ -109,37 +111,16 @@ class TenantLimits:
     task_create_burst_per_tenant: int = 100
 
 
-class TenantOverrides(Mapping[str, Mapping[str, float]]):
+class TenantOverrides(FrozenJsonMapping[Mapping[str, float]]):
     """Per-tenant overrides: tenant → `{field name: value}` of `OVERRIDABLE` fields (immutable, hashable).
 
     `str()` is the JSON it was parsed from, normalised (sorted keys), or `""` when empty.
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ()
 
     def __init__(self, items: Mapping[str, Mapping[str, float]] | None = None) -> None:
-        self._items: dict[str, dict[str, float]] = {tenant: dict(values) for tenant, values in (items or {}).items()}
-
-    def __getitem__(self, tenant: str) -> Mapping[str, float]:
-        return self._items[tenant]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(str(self))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TenantOverrides) and self._items == other._items
-
-    def __str__(self) -> str:
-        return json.dumps(self._items, sort_keys=True, separators=(",", ":")) if self._items else ""
-
-    def __repr__(self) -> str:
-        return f"TenantOverrides({self._items!r})"
+        super().__init__({tenant: dict(values) for tenant, values in (items or {}).items()})
 
 
 def parse_overrides(text: str) -> TenantOverrides:
