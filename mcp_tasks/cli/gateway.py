@@ -32,7 +32,6 @@ from mcp_tasks.cli.serve import (
 from mcp_tasks.cli.settings import KubernetesSettings, Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.cli.token_reviews import TokenReviews
 from mcp_tasks.gateway import Services, create_app
-from mcp_tasks.gateway.rate_limits import TokenBuckets
 from mcp_tasks.gateway.warm_calls import WarmCallExecutor
 from mcp_tasks.operator import leadership
 from mcp_tasks.runner import LocalRunner
@@ -170,7 +169,6 @@ async def build_gateway_app(settings: Settings) -> web.Application:
         clock=utc_now,
         settings=gateway_settings,
         limits=settings.limits,
-        rate_limits=TokenBuckets(settings.limits.rate_limit_max_keys),
     )
     reviews = TokenReviews(cluster.api_client) if settings.auth.service_account_tokens else None
     authenticator = authenticator_for(settings, reviews)

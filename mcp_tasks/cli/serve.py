@@ -24,7 +24,6 @@ from mcp_tasks.cli.settings import Settings, SettingsError, legacy_owner_issuer
 from mcp_tasks.gateway import MCP_PATH, Services, TokenFileAuthenticator, create_app
 from mcp_tasks.gateway.auth import Authenticator
 from mcp_tasks.gateway.identity.gate import Gate, TokenReviewer
-from mcp_tasks.gateway.rate_limits import TokenBuckets
 from mcp_tasks.observability.endpoint import start_metrics_server
 from mcp_tasks.runner import LocalRunner
 from mcp_tasks.store.manifests import FileToolCatalog
@@ -147,7 +146,6 @@ def build_app(settings: Settings) -> tuple[web.Application, LocalRunner]:
         clock=utc_now,
         settings=gateway_settings,
         limits=settings.limits,
-        rate_limits=TokenBuckets(settings.limits.rate_limit_max_keys),
     )
     authenticator = authenticator_for(settings)
 

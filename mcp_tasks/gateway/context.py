@@ -45,12 +45,15 @@ class Services:
     live_calls: LiveCalls = field(default_factory=LiveCalls)
     limits: LimitSettings = field(default_factory=LimitSettings)
     """Quotas and rates of task creation (`admission.admit_creation`); the executor applies the running budgets."""
-    rate_limits: TokenBuckets = field(default_factory=lambda: TokenBuckets(LimitSettings().rate_limit_max_keys))
-    """This replica's token buckets of task creation (sized by `limits.rate_limit_max_keys` at composition)."""
+    rate_limits: TokenBuckets = field(init=False)
+    """This replica's token buckets of task creation, sized by `limits.rate_limit_max_keys`."""
     poll_pace: PollPace = field(default_factory=PollPace)
     """When each task was last read here (`mcptasks_fast_polls_total`)."""
     quota_locks: tuple[asyncio.Lock, ...] = field(default_factory=lambda: tuple(asyncio.Lock() for _ in range(64)))
     """Striped by principal: a quota's count and the create it admits hold one (`admission.admit_creation`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate_limits", TokenBuckets(self.limits.rate_limit_max_keys))
 
 
 class Era(StrEnum):
