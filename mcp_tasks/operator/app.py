@@ -151,6 +151,7 @@ async def run(wiring: OperatorWiring, stop: asyncio.Event) -> None:
             config.resync_interval_s,
             config.tool_defaults,
             PodTls(config.warm_tls_secret, config.worker_ca_secret),
+            config.bridge_image,
         )
         warm_tasks = WarmTaskRunner(
             store,

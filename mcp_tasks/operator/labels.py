@@ -2,7 +2,7 @@
 
 Tool-run Jobs and pods (`run_labels`) and warm tools' Deployments, Services, HPAs and pods (`warm_labels`)
 carry `app.kubernetes.io/managed-by` and `app.kubernetes.io/component`, which the operator's watches and
-listings select on, plus what links them to their McpTask or McpTool; each has a controller owner
+listings select on, plus what links them to their McpTask, McpTool or McpServer; each has a controller owner
 reference (`owner_reference`) so garbage collection deletes it with its owner. The McpTask's own labels
 (tenant, tool) are the store's (`store.kubernetes.resources`).
 """
@@ -23,6 +23,8 @@ FIRST_ATTEMPT_ANNOTATION: Final = "mcptasks.io/first-attempt"
 started by the Job controller after a failure, run the attempts after it (`operator.credentials`)."""
 MCPTOOL_LABEL: Final = "mcptasks.io/mcptool"
 """Names the McpTool a warm object belongs to."""
+MCPSERVER_LABEL: Final = "mcptasks.io/mcp-server"
+"""Names the McpServer a discovery Job or a warm object (of one of its tools, with `TOOL_LABEL`) belongs to."""
 
 TOOL_RUN_LABELS: Final = {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "tool-run"}
 """The labels every Job and pod of a tool run carries (what the operator watches and lists)."""
@@ -67,9 +69,31 @@ def run_labels(task: JsonObject, tool: str, instance: str | None = None) -> dict
     return _with_instance(child, instance)
 
 
-def warm_labels(mcptool: str, tool: str, instance: str | None = None) -> dict[str, str]:
-    """Labels of McpTool `mcptool`'s warm objects: `WARM_LABELS`, the McpTool and the tool's MCP name (each
-    hashed when not a valid label value), and given `instance` the Helm release's.
+def warm_labels(mcptool: str, tool: str, instance: str | None = None, kind: str = "McpTool") -> dict[str, str]:
+    """Labels of the warm objects of `tool` (its MCP name) declared by `mcptool`, the name of an McpTool or,
+    with `kind` `McpServer`, of the McpServer that lists it: `WARM_LABELS`, the owner (`MCPTOOL_LABEL` or
+    `MCPSERVER_LABEL`) and the tool (each hashed when not a valid label value), and given `instance` the
+    Helm release's.
     """
-    labels = {**WARM_LABELS, MCPTOOL_LABEL: label_value(mcptool), TOOL_LABEL: label_value(tool)}
+    owner = MCPSERVER_LABEL if kind == "McpServer" else MCPTOOL_LABEL
+    labels = {**WARM_LABELS, owner: label_value(mcptool), TOOL_LABEL: label_value(tool)}
     return _with_instance(labels, instance)
+
+
+def warm_selector(labels: dict[str, str]) -> dict[str, str]:
+    """The labels of `warm_labels` that select one warm tool's pods (a Deployment's immutable selector): the
+    component and the McpTool, or, for an McpServer's tool, the component, the McpServer and the tool.
+    """
+    keys = (MCPTOOL_LABEL,) if MCPTOOL_LABEL in labels else (MCPSERVER_LABEL, TOOL_LABEL)
+    return {COMPONENT_LABEL: labels[COMPONENT_LABEL], **{key: labels[key] for key in keys}}
+
+
+def warm_pool(labels: dict[str, str]) -> str | None:
+    """The warm tool a warm object or pod with `labels` belongs to (`mcptool/<label>` or
+    `mcpserver/<label>/<tool label>`), or `None` for one with neither owner label.
+    """
+    if MCPTOOL_LABEL in labels:
+        return f"mcptool/{labels[MCPTOOL_LABEL]}"
+    if MCPSERVER_LABEL in labels and TOOL_LABEL in labels:
+        return f"mcpserver/{labels[MCPSERVER_LABEL]}/{labels[TOOL_LABEL]}"
+    return None

@@ -63,8 +63,6 @@ from mcp_tasks.tasks.servers import MAX_SERVER_TOOLS, Discovery, ServerSpec, par
 logger = logging.getLogger("mcp_tasks.operator")
 
 JOB_PREFIX: Final = "mcpserver-"
-SERVER_LABEL: Final = f"{GROUP}/mcp-server"
-"""Label of a discovery Job and its pod: the McpServer's name."""
 GENERATION_ANNOTATION: Final = f"{GROUP}/server-generation"
 """Annotation of a discovery Job: the McpServer's `metadata.generation` it discovers."""
 PATH: Final = "/v1/discoveries/{server}"
@@ -114,8 +112,8 @@ def build_discovery_job(obj: JsonObject, server: ServerSpec, settings: OperatorS
         if var["name"] == contract.ENV_WORKER_URL:
             var["value"] = url
     declared = {var.name for var in tool.manifest.container.env} | {contract.ENV_TASK_ID}
-    server_pod(pod, server, settings, declared, {}, ("discover",))
-    job_labels = {**labels.TOOL_RUN_LABELS, SERVER_LABEL: label_value(server.name)}
+    server_pod(pod, server, settings.bridge_image, settings.tool_defaults, declared, {}, ("discover",))
+    job_labels = {**labels.TOOL_RUN_LABELS, labels.MCPSERVER_LABEL: label_value(server.name)}
     if settings.instance:
         job_labels[labels.INSTANCE_LABEL] = settings.instance
     job["metadata"] = {
@@ -335,11 +333,11 @@ class ServerDiscovery:
     async def reconcile(self) -> None:
         """One pass over every McpServer: start discovery where needed, write failures and `Ready`."""
         listed = await client.call_json(
-            self._api.batch.list_namespaced_job, self.namespace, label_selector=SERVER_LABEL
+            self._api.batch.list_namespaced_job, self.namespace, label_selector=labels.MCPSERVER_LABEL
         )
         newest: dict[str, tuple[JsonObject, JobState]] = {}
         for job in listed.get("items") or []:
-            server = str((job["metadata"].get("labels") or {}).get(SERVER_LABEL) or "")
+            server = str((job["metadata"].get("labels") or {}).get(labels.MCPSERVER_LABEL) or "")
             seen = job_state(job)
             if server not in newest or seen.created_at > newest[server][1].created_at:
                 newest[server] = (job, seen)

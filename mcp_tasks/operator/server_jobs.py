@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from mcp_tasks.operator import jobs, pods
+from mcp_tasks.operator import jobs
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.tasks import pod_shape
@@ -98,7 +98,7 @@ def _restricted() -> JsonObject:
     }
 
 
-def server_container(server: ServerSpec, settings: OperatorSettings) -> dict[str, Any]:
+def server_container(server: ServerSpec, defaults: pod_shape.ToolDefaults | None) -> dict[str, Any]:
     """The native sidecar that runs the server's image with its own environment, shape and (stdio) FIFOs.
 
     Raises:
@@ -127,7 +127,7 @@ def server_container(server: ServerSpec, settings: OperatorSettings) -> dict[str
         container["workingDir"] = declared.working_dir
     if declared.env_from:
         container["envFrom"] = [item.model_dump(by_alias=True, exclude_none=True) for item in declared.env_from]
-    shape = pod_shape.merged(declared, settings.tool_defaults)
+    shape = pod_shape.merged(declared, defaults)
     if shape["resources"] is not None:
         resources = shape["resources"].model_dump(by_alias=True, exclude_none=True, mode="json")
         container["resources"] = {kind: values for kind, values in resources.items() if values}
@@ -162,45 +162,63 @@ def build_server_job(
         ValueError: the server declares no image, or the operator has no `bridge_image`.
     """
     job = jobs.build_job(task, tool, settings, traceparent)
-    declared = {var.name for var in tool.manifest.container.env}  # the server's own and the bridge's: redone below
+    server_tool_pod(job["spec"]["template"]["spec"], tool, settings.bridge_image, settings.tool_defaults)
+    return job
+
+
+def server_tool_pod(
+    pod: dict[str, Any], tool: ServerToolSpec, bridge_image: str | None, defaults: pod_shape.ToolDefaults | None
+) -> None:
+    """`server_pod` for calls of `tool`: the bridge calls that tool (`ENV_BRIDGE_TOOL`, with its idempotency),
+    and the variables of the tool's container (the server's own and the embedded bridge's) are left out of
+    the bridge's environment. A per-call Job's pod (`build_server_job`) and a warm worker's
+    (`warm.build_deployment`) alike.
+
+    Raises:
+        ValueError: the server declares no image, or `bridge_image` is not set.
+    """
+    declared = {var.name for var in tool.manifest.container.env}  # the server's own and the bridge's: redone
     bridge_env = {
         ENV_BRIDGE_TOOL: tool.server_tool_name,
         ENV_BRIDGE_IDEMPOTENT: "true" if tool.execution.idempotent else "false",
     }
-    server_pod(job["spec"]["template"]["spec"], tool.server, settings, declared, bridge_env)
-    return job
+    server_pod(pod, tool.server, bridge_image, defaults, declared, bridge_env)
 
 
 def server_pod(
     pod: dict[str, Any],
     server: ServerSpec,
-    settings: OperatorSettings,
+    bridge_image: str | None,
+    defaults: pod_shape.ToolDefaults | None,
     dropped: set[str],
     bridge_env: dict[str, str],
     args: tuple[str, ...] = (),
 ) -> None:
-    """Turn the one-container pod of `jobs.build_job` into the server's: the sidecar (and the FIFOs' init
-    container), and the bridge in place of the tool container (`python -m mcp_tasks.bridge *args`).
+    """Turn the one-container pod of `jobs.build_job` (or of `warm.build_deployment`) into the server's: the
+    sidecar (and the FIFOs' init container), and the bridge in place of the tool container
+    (`python -m mcp_tasks.bridge *args`).
 
     Args:
-        pod: the Job's pod spec, changed in place; its container `tool` holds the worker API's environment
-            and the worker-token mount.
+        pod: the pod spec, changed in place; its container `tool` holds the operator's environment (the worker
+            API's, or a warm worker's) and mounts (`/tmp`, the worker token or the warm pod's TLS files), then
+            the server's own volume mounts, which go to the sidecar alone.
         server: the McpServer.
-        settings: the operator's (`bridge_image`, `tool_defaults`).
+        bridge_image: the operator's (`OperatorSettings.bridge_image`).
+        defaults: the release's `toolDefaults`, under the server's pod shape.
         dropped: environment variables of the container to leave out (the server's own: they are the sidecar's).
         bridge_env: the bridge's own variables besides `MCPTASKS_BRIDGE_SERVER`.
         args: the bridge's arguments (`("discover",)` for a discovery pod).
 
     Raises:
-        ValueError: the server declares no image, or the operator has no `bridge_image`.
+        ValueError: the server declares no image, or `bridge_image` is not set.
     """
-    if not settings.bridge_image:
+    if not bridge_image:
         raise ValueError(
             f"McpServer {server.name!r} needs the bridge image: the operator's MCPTASKS_BRIDGE_IMAGE is not set "
             "(the chart sets it to its image)"
         )
     (bridge,) = pod["containers"]
-    sidecar = server_container(server, settings)
+    sidecar = server_container(server, defaults)
     target = json.dumps(bridge_target(server), separators=(",", ":"))
     own = {ENV_BRIDGE_SERVER, ENV_BRIDGE_TOOL, ENV_BRIDGE_IDEMPOTENT} | dropped
     bridge["env"] = [
@@ -208,19 +226,19 @@ def server_pod(
         {"name": ENV_BRIDGE_SERVER, "value": target},
         *({"name": name, "value": value} for name, value in bridge_env.items()),
     ]
-    bridge["image"] = settings.bridge_image
+    bridge["image"] = bridge_image
     bridge["command"] = [*BRIDGE_COMMAND, *args]
     bridge["resources"] = json.loads(json.dumps(BRIDGE_RESOURCES))
     bridge.pop("envFrom", None)
     bridge.pop("workingDir", None)
-    bridge["volumeMounts"] = [
-        {"name": pods.TMP_VOLUME_NAME, "mountPath": "/tmp"},
-        {"name": "worker-token", "mountPath": jobs.TOKEN_DIR, "readOnly": True},
-    ]
+    servers_mounts = (
+        {mount.name for mount in server.manifest.container.volume_mounts} if server.manifest.container else set()
+    )
+    bridge["volumeMounts"] = [mount for mount in bridge["volumeMounts"] if mount["name"] not in servers_mounts]
     init: list[dict[str, Any]] = []
     volumes = [*pod["volumes"], {"name": SERVER_TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
     if server.manifest.transport is Transport.STDIO:
-        init.append(fifo_container(settings.bridge_image))
+        init.append(fifo_container(bridge_image))
         volumes.append({"name": FIFO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
         bridge["volumeMounts"].append({"name": FIFO_VOLUME, "mountPath": FIFO_DIR})
         bridge["workingDir"] = FIFO_DIR  # the relay names the FIFOs relative to it

@@ -1,35 +1,53 @@
 """What the operator runs for a warm tool (`spec.warm`): a Deployment, a Service, optionally an HPA. Pure functions.
 
-Each object is named after its McpTool (`warm_name`), carries a controller owner reference to it (deleting
-the McpTool removes them through the garbage collector) and is applied server-side, so an McpTool edit
-updates them in place. The pods run the tool's image with its command and the warm-worker variables
+A warm tool is an McpTool with `spec.warm`, or a tool listed by an McpServer with `spec.warm` (one pool per
+server tool, as embedded: docs/mcp-servers.md §6). Each object is named after its McpTool (`warm_name`), or
+its McpServer and tool (`server_warm_name`), carries a controller owner reference to that object (deleting
+it removes them through the garbage collector) and is applied server-side, so an edit updates them in
+place. The pods run the tool's image with its command and the warm-worker variables
 (`runtime.contract.ENV_SERVE_*`, among them the public half of the operator's warm-call key, with which
 they refuse every call, re-attach and cancel not signed by the operator or a gateway), the same
 restricted security profile as a task's Job, no Kubernetes credentials and no worker token (a
-synchronous call needs no worker API), and a readiness probe on `/healthz` (open). `pod_endpoint` tells
-which pods may take calls: the operator publishes them in the McpTool's `status.warm`, and the gateways
-send synchronous calls straight to them.
+synchronous call needs no worker API), and a readiness probe on `/healthz` (open). A server tool's pod is
+its per-call Job's pod (`server_jobs.server_tool_pod`: the unmodified server as a native sidecar, FIFOs for
+stdio) with the bridge serving those variables. `pod_endpoint` tells which pods may take calls: the
+operator publishes them in the owner's `status.warm`, and the gateways send synchronous calls straight to
+them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_tasks.operator import pods
-from mcp_tasks.operator.labels import COMPONENT_LABEL, MCPTOOL_LABEL, owner_reference, warm_labels
+from mcp_tasks.operator.labels import owner_reference, warm_labels, warm_selector
+from mcp_tasks.operator.server_jobs import server_tool_pod
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.runtime import contract
 from mcp_tasks.store.kubernetes.resources import label_value
 from mcp_tasks.tasks.pod_shape import ToolDefaults
+from mcp_tasks.tasks.servers import ServerToolSpec
 from mcp_tasks.tasks.tools import ToolSpec
 
 FIELD_MANAGER: Final = "mcp-tasks-operator"
 """The server-side apply field manager of the objects the operator owns."""
 _NAME_PREFIX: Final = "mcptool-"
+_SERVER_PREFIX: Final = "mcpserver-"
 _DNS_LABEL_MAX: Final = 63
+_NOT_DNS: Final = re.compile(r"[^a-z0-9-]")
+
+
+def _dns_label(name: str, raw: str) -> str:
+    """`name` when it is a DNS-1035 label spelt as `raw` was; else a cleaned, cut name with a hash of `raw`."""
+    cleaned = _NOT_DNS.sub("-", name.lower())
+    if cleaned == name and len(name) <= _DNS_LABEL_MAX and not name.endswith("-"):
+        return name
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+    return f"{cleaned[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
 
 
 def warm_name(mcptool: str) -> str:
@@ -37,11 +55,15 @@ def warm_name(mcptool: str) -> str:
     name must be one). A name with dots (`a.b`, which would become `a-b`) or past 63 characters gets a
     hash suffix, so two McpTools never share one.
     """
-    name = _NAME_PREFIX + mcptool.replace(".", "-")
-    if len(name) <= _DNS_LABEL_MAX and "." not in mcptool:
-        return name
-    digest = hashlib.sha256(mcptool.encode()).hexdigest()[:8]
-    return f"{name[: _DNS_LABEL_MAX - 9].rstrip('-')}-{digest}"
+    return _dns_label(_NAME_PREFIX + mcptool, mcptool)
+
+
+def server_warm_name(server: str, tool: str) -> str:
+    """The warm objects' name of McpServer `server`'s tool `tool` (its name on the server):
+    `mcpserver-<server>-<tool>`, with a hash suffix when the tool's name is not DNS-1035 (`get_current_time`)
+    or the whole is past 63 characters.
+    """
+    return _dns_label(f"{_SERVER_PREFIX}{server}-{tool}", f"{server}/{tool}")
 
 
 def mcptool_label(mcptool: str) -> str:
@@ -49,12 +71,25 @@ def mcptool_label(mcptool: str) -> str:
     return label_value(mcptool)
 
 
-def _metadata(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
+def object_name(owner: JsonObject, tool: ToolSpec) -> str:
+    """The name of the warm objects of `tool`, declared by `owner` (its McpTool, or the McpServer listing it)."""
+    if isinstance(tool, ServerToolSpec):
+        return server_warm_name(str(owner["metadata"]["name"]), tool.server_tool_name)
+    return warm_name(str(owner["metadata"]["name"]))
+
+
+def object_labels(owner: JsonObject, tool: ToolSpec, instance: str | None) -> dict[str, str]:
+    """`labels.warm_labels` of `tool`'s warm objects, declared by `owner` (an McpTool or an McpServer)."""
+    kind = "McpServer" if isinstance(tool, ServerToolSpec) else "McpTool"
+    return warm_labels(str(owner["metadata"]["name"]), tool.name, instance, kind)
+
+
+def _metadata(owner: JsonObject, tool: ToolSpec, instance: str | None) -> JsonObject:
     return {
-        "name": warm_name(str(mcptool["metadata"]["name"])),
-        "namespace": mcptool["metadata"]["namespace"],
-        "labels": warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance),
-        "ownerReferences": [owner_reference(mcptool)],
+        "name": object_name(owner, tool),
+        "namespace": owner["metadata"]["namespace"],
+        "labels": object_labels(owner, tool, instance),
+        "ownerReferences": [owner_reference(owner)],
     }
 
 
@@ -102,9 +137,14 @@ def build_deployment(
     call_key: str,
     defaults: ToolDefaults | None = None,
     tls: PodTls | None = None,
+    bridge_image: str | None = None,
 ) -> JsonObject:
     """The Deployment of `tool`'s warm workers (`tool.warm` set), shaped as its Jobs are (`pods.shape_*`
     over the release's `defaults`); `warm.resources`, when given, replaces the container's `resources`.
+
+    `mcptool` is the object that declares the tool: its McpTool or, for a `ServerToolSpec`, its McpServer.
+    A server tool's pod is its per-call Job's (`server_jobs.server_tool_pod`, the bridge in `bridge_image`),
+    the bridge serving the warm-worker API; `warm.resources` then replaces the server sidecar's.
 
     `call_key` is the public key (PEM) of the warm-call credentials (`contract.ENV_SERVE_CALL_KEY`): public,
     so it sits in the pod template, and a new key rolls the pods.
@@ -116,7 +156,7 @@ def build_deployment(
     lazily instead). With `autoscaling` the replica count is left to the HPA after creation.
 
     Raises:
-        ValueError: the tool declares no `container.image`.
+        ValueError: the tool declares no `container.image` (or, a server tool, `bridge_image` is not set).
     """
     warm = tool.warm
     assert warm is not None
@@ -143,11 +183,10 @@ def build_deployment(
     pods.shape_container(container, tool, defaults)
     if warm.resources:
         container["resources"] = warm.resources
-    labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
-    selector = {MCPTOOL_LABEL: labels[MCPTOOL_LABEL], COMPONENT_LABEL: labels[COMPONENT_LABEL]}
+    labels = object_labels(mcptool, tool, instance)
     execution = tool.execution
     spec: dict[str, Any] = {
-        "selector": {"matchLabels": selector},
+        "selector": {"matchLabels": warm_selector(labels)},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {
             "metadata": {"labels": labels},
@@ -168,6 +207,11 @@ def build_deployment(
         },
     }
     pods.shape_pod(spec["template"]["spec"], tool, defaults)
+    if isinstance(tool, ServerToolSpec):
+        pod = spec["template"]["spec"]
+        server_tool_pod(pod, tool, bridge_image, defaults)
+        if warm.resources:
+            pod["initContainers"][-1]["resources"] = warm.resources  # the server does the work, not the bridge
     if warm.autoscaling is None:
         spec["replicas"] = max(warm.min_workers, 1)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(mcptool, tool, instance), "spec": spec}
@@ -179,14 +223,14 @@ def build_service(mcptool: JsonObject, tool: ToolSpec, instance: str | None) -> 
     """
     warm = tool.warm
     assert warm is not None
-    labels = warm_labels(str(mcptool["metadata"]["name"]), tool.name, instance)
+    labels = object_labels(mcptool, tool, instance)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(mcptool, tool, instance),
         "spec": {
             "type": "ClusterIP",
-            "selector": {MCPTOOL_LABEL: labels[MCPTOOL_LABEL], COMPONENT_LABEL: labels[COMPONENT_LABEL]},
+            "selector": warm_selector(labels),
             "ports": [{"name": "calls", "port": warm.port, "targetPort": "calls", "protocol": "TCP"}],
         },
     }
@@ -198,7 +242,7 @@ def build_autoscaler(mcptool: JsonObject, tool: ToolSpec, instance: str | None) 
     assert warm is not None
     if warm.autoscaling is None:
         return None
-    name = warm_name(str(mcptool["metadata"]["name"]))
+    name = object_name(mcptool, tool)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",

@@ -1,13 +1,15 @@
-"""`WarmTools`: the operator keeps every warm McpTool's workers as declared and publishes where they take calls.
+"""`WarmTools`: the operator keeps every warm tool's workers as declared and publishes where they take calls.
 
-Level-based, like the rest of the operator: after a change of the McpTool catalog, a warm pod's event,
-or the resync interval, it
+A warm tool is an McpTool with `spec.warm`, or a tool an McpServer with `spec.warm` lists (one pool per
+server tool, `warm.py`). Level-based, like the rest of the operator: after a change of the catalog (McpTools
+and McpServers), a warm pod's event, or the resync interval, it
 1. applies (server-side apply, field manager `mcp-tasks-operator`) the Deployment, Service and, with
-   `autoscaling`, HPA of each warm McpTool whose desired objects changed since its last apply;
-2. deletes the warm objects of McpTools that are gone or no longer warm (owner references also let
-   the garbage collector remove them with a deleted McpTool);
-3. writes `status.warm` (`endpoints` of the ready pods, `readyWorkers`, `service`) of each warm McpTool
-   whose endpoints changed: one status merge patch per change, never per call.
+   `autoscaling`, HPA of each warm tool whose desired objects changed since its last apply;
+2. deletes the warm objects of tools that are gone or no longer warm (owner references also let
+   the garbage collector remove them with a deleted McpTool or McpServer);
+3. writes where each warm tool takes calls (`endpoints` of the ready pods, `readyWorkers`, `service`) whose
+   endpoints changed, into its McpTool's `status.warm` or its McpServer's `status.warm.<tool name>`: one
+   status merge patch per change, never per call.
 
 Only the leader runs it (`leadership.LeaderElection`): two replicas must not publish endpoints or apply
 objects against each other.
@@ -25,7 +27,7 @@ from typing import Any, Final
 from kubernetes_asyncio.client import ApiClient
 
 from mcp_tasks import aio
-from mcp_tasks.operator.labels import MCPTOOL_LABEL, WARM_SELECTOR
+from mcp_tasks.operator.labels import WARM_SELECTOR, warm_pool
 from mcp_tasks.operator.tool_status import MERGE_PATCH
 from mcp_tasks.operator.warm import (
     FIELD_MANAGER,
@@ -33,16 +35,17 @@ from mcp_tasks.operator.warm import (
     build_autoscaler,
     build_deployment,
     build_service,
-    mcptool_label,
+    object_labels,
+    object_name,
     pod_endpoint,
-    warm_name,
 )
 from mcp_tasks.protocol.errors import JsonObject
 from mcp_tasks.store.kubernetes import client
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
-from mcp_tasks.store.kubernetes.resources import GROUP, TOOL_PLURAL, VERSION
+from mcp_tasks.store.kubernetes.resources import GROUP, SERVER_PLURAL, TOOL_PLURAL, VERSION
 from mcp_tasks.tasks.errors import StoreUnavailable
 from mcp_tasks.tasks.pod_shape import ToolDefaults
+from mcp_tasks.tasks.servers import ServerToolSpec
 from mcp_tasks.tasks.tools import ToolSpec
 from mcp_tasks.worker.tls import endpoint_of
 
@@ -59,7 +62,7 @@ RETRY_S: Final = 5.0
 
 
 class WarmTools:
-    """Runs warm McpTools' Deployments, Services and HPAs in `namespace`, and their `status.warm`.
+    """Runs warm tools' Deployments, Services and HPAs in `namespace`, and their owners' `status.warm`.
 
     Args:
         api: an open kubernetes_asyncio `ApiClient`.
@@ -70,6 +73,8 @@ class WarmTools:
         resync_s: how often everything is applied and listed again even without a change, in seconds.
         defaults: the release's `toolDefaults`, merged under each warm tool's pod shape.
         tls: the warm pods' serving certificate and the worker API's CA (`warm.PodTls`); `None`: plain HTTP.
+        bridge_image: the project's image, whose bridge serves a warm McpServer's tool beside the server
+            (`OperatorSettings.bridge_image`); `None`: warm McpServers get no workers (logged).
     """
 
     def __init__(
@@ -82,8 +87,10 @@ class WarmTools:
         resync_s: float = 300.0,
         defaults: ToolDefaults | None = None,
         tls: PodTls | None = None,
+        bridge_image: str | None = None,
     ) -> None:
         self.namespace = namespace
+        self.bridge_image = bridge_image
         self.tls = tls
         self.defaults = defaults
         self.catalog = catalog
@@ -93,8 +100,8 @@ class WarmTools:
         apis = client.Apis(api)
         self._apps, self._core, self._autoscaling, self._objects = apis.apps, apis.core, apis.autoscaling, apis.objects
         self._serialize = api.sanitize_for_serialization
-        self._applied: dict[str, str] = {}  # McpTool name → digest of what was applied last
-        self._pods: dict[str, dict[str, str | None]] = {}  # McpTool label → pod name → endpoint (None: not ready)
+        self._applied: dict[str, str] = {}  # `labels.warm_pool` → digest of what was applied last
+        self._pods: dict[str, dict[str, str | None]] = {}  # `labels.warm_pool` → pod name → endpoint (None: not ready)
         self._wake = asyncio.Event()
 
     async def kill_pod(self, base_url: str) -> None:
@@ -112,10 +119,10 @@ class WarmTools:
     def pod_event(self, kind: str, pod: JsonObject) -> None:
         """A warm pod changed (a kopf watch event): note whether it takes calls, and wake the loop."""
         metadata = pod.get("metadata") or {}
-        owner = (metadata.get("labels") or {}).get(MCPTOOL_LABEL)
+        owner = warm_pool(metadata.get("labels") or {})
         if not owner:
             return
-        pods = self._pods.setdefault(str(owner), {})
+        pods = self._pods.setdefault(owner, {})
         name = str(metadata.get("name"))
         endpoint = None if kind == "DELETED" else pod_endpoint(pod)
         if kind == "DELETED":
@@ -160,38 +167,51 @@ class WarmTools:
             await aio.first_of(changed.wait(), self._wake.wait(), asyncio.sleep(timeout))
 
     def _warm_tools(self) -> dict[str, tuple[JsonObject, ToolSpec]]:
-        return {name: served for name, served in self.catalog.served().items() if served[1].warm is not None}
+        """`labels.warm_pool` → (the declaring McpTool or McpServer, the tool) of every warm tool served."""
+        pools: dict[str, tuple[JsonObject, ToolSpec]] = {}
+        for obj, tool in self.catalog.served().values():
+            if tool.warm is not None:
+                pools[str(warm_pool(object_labels(obj, tool, None)))] = (obj, tool)
+        servers = self.catalog.servers()
+        for name, verdict in self.catalog.server_verdicts().items():
+            for tool_name in verdict.served:
+                listed = self.catalog.get_tool(tool_name)
+                if name in servers and isinstance(listed, ServerToolSpec) and listed.warm is not None:
+                    pools[str(warm_pool(object_labels(servers[name], listed, None)))] = (servers[name], listed)
+        return pools
 
     async def _relist_pods(self) -> bool:
         listed = await client.call(self._core.list_namespaced_pod, self.namespace, label_selector=WARM_SELECTOR)
         pods: dict[str, dict[str, str | None]] = {}
         for item in listed.items:
             pod = self._serialize(item)
-            owner = ((pod.get("metadata") or {}).get("labels") or {}).get(MCPTOOL_LABEL)
+            owner = warm_pool((pod.get("metadata") or {}).get("labels") or {})
             if owner:
-                pods.setdefault(str(owner), {})[str(pod["metadata"]["name"])] = pod_endpoint(pod)
+                pods.setdefault(owner, {})[str(pod["metadata"]["name"])] = pod_endpoint(pod)
         self._pods = pods
         return True
 
     async def _apply(self) -> bool:
-        """Apply each warm McpTool's objects that changed; False when one could not be applied."""
+        """Apply each warm tool's objects that changed; False when one could not be applied."""
         failed = False
-        for name, (obj, tool) in self._warm_tools().items():
+        for pool, (obj, tool) in self._warm_tools().items():
             try:
                 manifests = [
-                    build_deployment(obj, tool, self.instance, self.call_key, self.defaults, self.tls),
+                    build_deployment(
+                        obj, tool, self.instance, self.call_key, self.defaults, self.tls, self.bridge_image
+                    ),
                     build_service(obj, tool, self.instance),
                 ]
             except ValueError as exc:
-                logger.warning("mcptool/%s: cannot run warm workers: %s", name, exc)
+                logger.warning("%s: cannot run warm workers: %s", pool, exc)
                 continue
             autoscaler = build_autoscaler(obj, tool, self.instance)
             if autoscaler is not None:
                 manifests.append(autoscaler)
             digest = hashlib.sha256(json.dumps(manifests, sort_keys=True).encode()).hexdigest()
-            if self._applied.get(name) == digest:
+            if self._applied.get(pool) == digest:
                 continue
-            target = (warm_name(name), self.namespace)
+            target = (object_name(obj, tool), self.namespace)
             try:
                 await client.call(self._apps.patch_namespaced_deployment, *target, manifests[0], **APPLY)
                 await client.call(self._core.patch_namespaced_service, *target, manifests[1], **APPLY)
@@ -199,28 +219,24 @@ class WarmTools:
                     patch_autoscaler = self._autoscaling.patch_namespaced_horizontal_pod_autoscaler
                     await client.call(patch_autoscaler, *target, autoscaler, **APPLY)
             except client.ApiError as exc:
-                logger.warning("mcptool/%s: could not apply its warm workers: %s", name, exc)
-                self._applied[name] = digest  # refused as it is: again when the McpTool changes, or at resync
+                logger.warning("%s: could not apply its warm workers: %s", pool, exc)
+                self._applied[pool] = digest  # refused as it is: again when its owner changes, or at resync
                 continue
             except StoreUnavailable as exc:
-                logger.warning("mcptool/%s: could not apply its warm workers: %s", name, exc)
+                logger.warning("%s: could not apply its warm workers: %s", pool, exc)
                 failed = True  # the API server is away: again in RETRY_S
                 continue
-            self._applied[name] = digest
-            logger.info("mcptool/%s: warm workers applied (Deployment and Service %s)", name, warm_name(name))
+            self._applied[pool] = digest
+            logger.info("%s: warm workers applied (Deployment and Service %s)", pool, target[0])
         return not failed
 
     async def _prune(self) -> bool:
-        """Delete warm objects whose McpTool is gone or no longer warm (or no longer autoscaled, for HPAs)."""
-        warm = {mcptool_label(name): name for name in self._warm_tools()}
-        scaled = {
-            mcptool_label(name)
-            for name, (_obj, tool) in self._warm_tools().items()
-            if tool.warm is not None and tool.warm.autoscaling is not None
-        }
+        """Delete warm objects whose tool is gone or no longer warm (or no longer autoscaled, for HPAs)."""
+        pools = self._warm_tools()
+        scaled = {pool for pool, (_obj, tool) in pools.items() if tool.warm is not None and tool.warm.autoscaling}
         kinds: list[tuple[client.ApiMethod, client.ApiMethod, set[str]]] = [
-            (self._apps.list_namespaced_deployment, self._apps.delete_namespaced_deployment, set(warm)),
-            (self._core.list_namespaced_service, self._core.delete_namespaced_service, set(warm)),
+            (self._apps.list_namespaced_deployment, self._apps.delete_namespaced_deployment, set(pools)),
+            (self._core.list_namespaced_service, self._core.delete_namespaced_service, set(pools)),
             (
                 self._autoscaling.list_namespaced_horizontal_pod_autoscaler,
                 self._autoscaling.delete_namespaced_horizontal_pod_autoscaler,
@@ -230,38 +246,46 @@ class WarmTools:
         for list_them, delete, keep in kinds:
             listed = await client.call(list_them, self.namespace, label_selector=WARM_SELECTOR)
             for item in listed.items:
-                owner = (item.metadata.labels or {}).get(MCPTOOL_LABEL)
+                owner = warm_pool(item.metadata.labels or {})
                 if owner in keep:
                     continue
                 with contextlib.suppress(client.ApiError):
                     await client.call(delete, item.metadata.name, self.namespace, propagation_policy="Background")
-                    logger.info("deleted %s (its McpTool %s is not warm now)", item.metadata.name, owner)
-                self._applied.pop(warm.get(str(owner), str(owner)), None)
+                    logger.info("deleted %s (its tool %s is not warm now)", item.metadata.name, owner)
+                self._applied.pop(str(owner), None)
         return True
 
     async def _publish(self) -> bool:
-        """Write `status.warm` of each warm McpTool whose ready endpoints changed."""
-        for name, (obj, tool) in self._warm_tools().items():
+        """Write where each warm tool whose ready endpoints changed takes calls: its McpTool's `status.warm`, or
+        its McpServer's `status.warm.<tool name>`.
+        """
+        for pool, (obj, tool) in self._warm_tools().items():
             assert tool.warm is not None
-            endpoints = sorted(e for e in self._pods.get(mcptool_label(name), {}).values() if e)
-            current = (obj.get("status") or {}).get("warm") or {}
-            service = f"{warm_name(name)}.{self.namespace}.svc:{tool.warm.port}"
+            endpoints = sorted(e for e in self._pods.get(pool, {}).values() if e)
+            service = f"{object_name(obj, tool)}.{self.namespace}.svc:{tool.warm.port}"
             wanted = {"endpoints": endpoints, "readyWorkers": len(endpoints), "service": service}
+            status = obj.setdefault("status", {})
+            warm = status.get("warm") or {}
+            if isinstance(tool, ServerToolSpec):  # one entry per tool, beside what discovery writes
+                plural, current, written = SERVER_PLURAL, warm.get(tool.name) or {}, {**warm, tool.name: wanted}
+            else:
+                plural, current, written = TOOL_PLURAL, warm, wanted
             if {key: current.get(key) for key in wanted} == wanted:
                 continue
+            patch = {"warm": {tool.name: wanted} if plural == SERVER_PLURAL else wanted}
             try:
                 await client.call(
                     self._objects.patch_namespaced_custom_object_status,
                     GROUP,
                     VERSION,
                     self.namespace,
-                    TOOL_PLURAL,
-                    name,
-                    {"status": {"warm": wanted}},
+                    plural,
+                    str(obj["metadata"]["name"]),
+                    {"status": patch},
                     **MERGE_PATCH,
                 )
             except client.NotFound:
                 continue
-            obj.setdefault("status", {})["warm"] = wanted  # until the watch brings our own write back
-            logger.info("mcptool/%s: %d warm worker(s) ready", name, len(endpoints))
+            status["warm"] = written  # until the watch brings our own write back
+            logger.info("%s: %d warm worker(s) ready", pool, len(endpoints))
         return True

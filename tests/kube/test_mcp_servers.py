@@ -1,13 +1,16 @@
 """McpServer on the real control plane: the CRD (schema, CEL rules, status subresource, printer columns), the
-catalog serving its discovered tools from status, and the per-call Job's pod shape (docs/mcp-servers.md,
-Kubernetes). Discovery and calls through a real server's pod are the real-node tier's (`tests/node/`).
+catalog serving its discovered tools from status, the per-call Job's pod shape, and, on the process node,
+discovery and calls in per-call and warm pods (docs/mcp-servers.md §6). Under a real kubelet: `tests/node/`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,13 +18,17 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from mcp_tasks.operator.server_jobs import build_server_job
+from mcp_tasks.operator.server_jobs import FIFO_VOLUME, build_server_job
 from mcp_tasks.operator.settings import OperatorSettings
 from mcp_tasks.store.kubernetes.catalog import KubernetesToolCatalog
 from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
+from tests.conftest import PLAIN_CAPS
 from tests.controlplane.cluster import ControlPlane, free_port
 from tests.kube.conftest import Gateways, Operators, client, until
+from tests.kube.test_warm_tools import warm_namespace, watch_writes
 from tests.mcp_servers import everything_command, time_command
+
+__all__ = ["warm_namespace"]  # the fixture, used by the warm tests below
 
 EVERYTHING: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -168,11 +175,17 @@ async def test_the_catalog_serves_discovered_tools_from_status_and_refuses_a_cla
         (refusal,) = verdict.refusals
         assert f"mcpserver/time in namespace {namespace}" in refusal and "'divide'" in refusal
         assert f"mcptool/divide in namespace {namespace}" in refusal  # both sides named
-        # spec.warm: no warm server pods on Kubernetes yet, so its tools run per call (never wait for workers)
+        # spec.warm: each tool is warm, its workers are those the operator wrote into `status.warm.<tool>`
         _apply(control_plane, namespace, {**time_server, "spec": {**time_server["spec"], "warm": {"minWorkers": 1}}})
         await until(lambda: catalog.server_verdicts()["time"].generation == 2)
         warm = catalog.get_tool("get_current_time")
-        assert warm is not None and warm.warm is None
+        assert warm is not None and warm.warm is not None and catalog.warm_endpoints("get_current_time") == ()
+        ready = {"get_current_time": {"endpoints": ["127.1.0.9:8080"], "readyWorkers": 1, "service": "s:8080"}}
+        control_plane.kubectl(
+            "patch", "-n", namespace, "mcpserver/time", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"warm": ready}}),
+        )  # fmt: skip
+        assert await until(lambda: catalog.warm_endpoints("get_current_time")) == ("127.1.0.9:8080",)
         control_plane.kubectl("delete", "-n", namespace, "mcpserver/time")
         await until(lambda: catalog.get_tool("get_current_time") is None)
     finally:
@@ -212,6 +225,17 @@ BRIDGE_IMAGE = "localhost/mcp-tasks/mcp-tasks:dev"
 """The project's image, as the process node knows it (`python` is this machine's, with mcp_tasks)."""
 
 
+def time_manifest(**spec: Any) -> dict[str, Any]:
+    """mcp-server-time (stdio) as McpServer `time`, with `spec` added."""
+    container = {"image": "registry.example/mcp/time:2026.10.19", "command": time_command()}
+    return {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "time"},
+        "spec": {"transport": "stdio", "container": container, **spec},
+    }
+
+
 def server_status(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
     found: dict[str, Any] = json.loads(plane.kubectl("get", "-n", namespace, f"mcpserver/{name}", "-o", "json"))
     return found.get("status") or {}
@@ -231,17 +255,8 @@ async def test_a_stdio_server_is_discovered_in_a_pod_and_its_tool_runs_per_call_
     """mcp-server-time (PyPI, stdio, nobody here wrote it): discovery runs in a Job of the call's shape (the
     server as a native sidecar behind FIFOs, the bridge reporting to the worker API with its pod's token), the
     status shows what it listed, and `get_current_time` runs as a task in a Job of its own."""
-    command = time_command()
     operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
-    time_server = {
-        "apiVersion": "mcptasks.io/v1alpha1",
-        "kind": "McpServer",
-        "metadata": {"name": "time"},
-        "spec": {
-            "transport": "stdio",
-            "container": {"image": "registry.example/mcp/time:2026.10.19", "command": command},
-        },
-    }
+    time_server = time_manifest()
     _apply(control_plane, namespace, time_server)
     status = await until(
         lambda: (s := server_status(control_plane, namespace, "time")) and condition(s, "Ready") == "True" and s,
@@ -395,3 +410,136 @@ async def test_a_server_that_cannot_start_says_why_and_a_fixed_spec_is_discovere
     )
     assert status["observedGeneration"] == 2 and "lastError" not in status and status["toolCount"] >= 2
     assert operator.poll() is None
+
+
+def warm_pods(plane: ControlPlane, namespace: str, server: str, tool: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/component=warm-worker,mcptasks.io/mcp-server={server},mcptasks.io/tool={tool}"
+    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-l", selector, "-o", "json"))
+    return [pod for pod in listed["items"] if not pod["metadata"].get("deletionTimestamp")]
+
+
+def servers_of(pod: str, binary: str) -> list[int]:
+    """pids of the local processes running `binary` that hold the stdio FIFOs of pod `pod` open (the process node
+    runs a pod's containers as local processes, its `emptyDir` a folder named after the pod): the pod's server,
+    once its `sh` opened the FIFOs (when the bridge first connected) and became it. (The SDK's stdio server
+    moves its stdin and stdout to other descriptors, so every descriptor is looked at.)"""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+            links = [os.readlink(fd) for fd in (entry / "fd").iterdir()] if binary in argv else []
+        except OSError:
+            continue
+        if any(f"/{pod}-" in link and link.endswith(f"/{FIFO_VOLUME}/in") for link in links):
+            found.append(int(entry.name))
+    return found
+
+
+def no_jobs_of(plane: ControlPlane, namespace: str, task_id: str) -> bool:
+    return not plane.kubectl("get", "-n", namespace, "jobs", "-l", f"mcptasks.io/task-id={task_id}", "-o", "name")
+
+
+async def test_a_warm_stdio_server_serves_synchronous_calls_and_tasks_from_its_warm_pod(
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    operators: Operators,
+    gateways: Gateways,
+    api_client: ApiClient,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """mcp-server-time with `spec.warm` (docs/mcp-servers.md §6, issue 32's "per call and warm"): each tool gets a
+    Deployment of the per-call pod's shape (FIFOs, the server as a native sidecar, the bridge serving warm calls),
+    owned by the McpServer, its ready pods in `status.warm.<tool>`. A synchronous `get_current_time` goes straight
+    to the warm pod (no McpTask, no Job: nothing written to the API) and a task runs there under the operator's
+    lease with no Job; both are answered by the same server process, the one reading that pod's FIFO."""
+    namespace = warm_namespace
+    operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    time_server = time_manifest(warm={"minWorkers": 1, "concurrency": 2})
+    _apply(control_plane, namespace, time_server)
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    await until(lambda: catalog.warm_endpoints("get_current_time") and catalog.warm_endpoints("convert_time"), 120)
+    status = server_status(control_plane, namespace, "time")
+    assert status["warm"]["get_current_time"]["readyWorkers"] == 1, status["warm"]
+    (pod,) = warm_pods(control_plane, namespace, "time", "get_current_time")
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["fifos", "server"]
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    (owner,) = json.loads(
+        control_plane.kubectl("get", "-n", namespace, "deployments", "-l", "mcptasks.io/tool=get_current_time", "-o",
+                              "json")
+    )["items"][0]["metadata"]["ownerReferences"]  # fmt: skip
+    assert (owner["kind"], owner["name"]) == ("McpServer", "time")
+    name = pod["metadata"]["name"]
+    binary = time_command()[0]
+    assert servers_of(name, binary) == [], "the server starts on the first call (its sh waits for the bridge's FIFO)"
+
+    mcp = client(http_session, gateway)
+    seen: list[str] = []
+    started = asyncio.Event()
+    watcher = asyncio.create_task(watch_writes(api_client, namespace, seen, started))
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        reply = (await mcp.call_tool("get_current_time", {"timezone": "Europe/Paris"}, caps=PLAIN_CAPS)).result
+        # Stays: no event says "no write is coming"; a second lets any write the call made reach the watch.
+        await asyncio.sleep(1.0)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    assert not reply.get("isError") and "Europe/Paris" in reply["content"][0]["text"], reply
+    assert seen == [], f"a synchronous call to a warm server wrote to the API: {seen}"
+    (server_pid,) = servers_of(name, binary)  # the warm pod's server process took the call
+
+    task_id = await mcp.start_task("get_current_time", {"timezone": "Asia/Tokyo"})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=60)
+    assert done["status"] == "completed" and "Asia/Tokyo" in done["result"]["content"][0]["text"], done
+    assert no_jobs_of(control_plane, namespace, task_id)  # no per-call Job: the warm pod ran it
+    assert servers_of(name, binary) == [server_pid]  # over the same connection, to the same server process
+    task = json.loads(control_plane.kubectl("get", "-n", namespace, "mcptask", task_id, "-o", "json"))
+    assert task["status"]["attempt"] == 1
+
+
+async def test_a_warm_servers_long_operation_runs_as_a_task_on_its_warm_pod_with_progress(
+    control_plane: ControlPlane,
+    warm_namespace: str,
+    operators: Operators,
+    gateways: Gateways,
+    http_session: aiohttp.ClientSession,
+) -> None:
+    """server-everything made warm once discovered (its other tools hidden, so one pool runs): the long-running
+    operation as a task runs on the warm pod (the lease's call names that pod's endpoint; no Job), shows the
+    server's progress in `tasks/get` while it runs and completes with the server's text."""
+    namespace = warm_namespace
+    operators.start(env={"MCPTASKS_BRIDGE_IMAGE": BRIDGE_IMAGE})
+    long_op = "trigger-long-running-operation"
+    everything = json.loads(json.dumps(EVERYTHING))
+    everything["spec"] = {
+        "transport": "stdio",
+        "container": {**EVERYTHING["spec"]["container"], "command": everything_command()},
+    }
+    _apply(control_plane, namespace, everything)
+    status = await until(
+        lambda: (s := server_status(control_plane, namespace, "everything")) and condition(s, "Ready") == "True" and s,
+        timeout_s=90,
+    )
+    hidden = {tool["name"]: {"expose": False} for tool in status["tools"] if tool["name"] != long_op}
+    everything["spec"] = {**everything["spec"], "tools": hidden, "warm": {"minWorkers": 1}}
+    _apply(control_plane, namespace, everything)
+    gateway = await gateways.start()
+    catalog: Any = gateway.services.catalog
+    endpoints = await until(lambda: catalog.warm_endpoints(long_op), 120)
+    assert [tool.name for tool in catalog.list_tools() if tool.warm is not None] == [long_op]
+    mcp = client(http_session, gateway)
+
+    task_id = await mcp.start_task(long_op, {"duration": 4, "steps": 4})
+    running = await mcp.wait_task(task_id, lambda t: "of 4" in t.get("statusMessage", ""), timeout_s=60)
+    assert running["status"] == "working"  # the server's notifications/progress, through the warm bridge
+    lease = json.loads(control_plane.kubectl("get", "-n", namespace, "mcptask", task_id, "-o", "json"))["status"]
+    assert lease["lease"]["call"]["endpoint"] in endpoints, lease  # the warm pod runs it
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == [
+        {"type": "text", "text": "Long running operation completed. Duration: 4 seconds, Steps: 4."}
+    ]
+    assert no_jobs_of(control_plane, namespace, task_id)

@@ -4,6 +4,7 @@ sidecar, the bridge as the Job's container, the worker token in the bridge alone
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ import pytest
 
 from mcp_tasks.operator.server_jobs import BRIDGE_RELAY, SERVER_REDIRECT, build_server_job
 from mcp_tasks.operator.settings import OperatorSettings
+from mcp_tasks.operator.warm import build_deployment, build_service, server_warm_name
 from mcp_tasks.tasks.servers import Discovery, ServerToolSpec, parse_server_manifest, tool_specs
+from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 
 TASK: dict[str, Any] = {
     "apiVersion": "mcptasks.io/v1alpha1",
@@ -123,3 +126,52 @@ def test_the_two_scripts_join_a_stdio_server_to_its_bridge_through_fifos(tmp_pat
     assert server.wait(timeout=10) == 0  # stdin's end reached the server
     assert relay.stdout.read() == b"" and relay.wait(timeout=10) == 0
     relay.stdout.close()
+
+
+def test_a_warm_server_tools_deployment_has_the_per_call_pod_with_the_bridge_serving_warm_calls() -> None:
+    """A warm McpServer's tool (docs/mcp-servers.md §6, our choice): its Deployment's pod is the per-call Job's
+    (the server as a native sidecar behind FIFOs, the same restricted security context, the server's Secrets in
+    the sidecar alone) with the bridge serving the warm-worker API; no worker token, no Kubernetes credentials;
+    owned by the McpServer, selected by server and tool, named as a DNS label."""
+    tool = server_tool(warm={"minWorkers": 2, "concurrency": 3, "resources": {"limits": {"memory": "1Gi"}}})
+    server = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "everything", "namespace": "ns", "uid": "u-s"},
+    }
+    key = WarmCallSigner.from_pem(new_private_pem()).public_pem
+    deployment = build_deployment(server, tool, "rel", key, bridge_image=SETTINGS.bridge_image)
+    job_pod = pod_of(build_server_job(TASK, tool, SETTINGS))
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fifos", "server"]
+    fifos, sidecar = pod["initContainers"]
+    assert fifos == job_pod["initContainers"][0]
+    assert {**sidecar, "resources": None} == {**job_pod["initContainers"][1], "resources": None}
+    assert sidecar["resources"] == {"limits": {"memory": "1Gi"}}  # warm.resources: the server's, which works
+    (bridge,) = pod["containers"]
+    assert bridge["image"] == SETTINGS.bridge_image and bridge["command"] == ["python", "-m", "mcp_tasks.bridge"]
+    assert bridge["securityContext"] == job_pod["containers"][0]["securityContext"]
+    assert pod["securityContext"] == job_pod["securityContext"] and pod["automountServiceAccountToken"] is False
+    env = {v["name"]: v.get("value") for v in bridge["env"]}
+    assert env["MCPTASKS_SERVE_TOOL"] == "echo" and env["MCPTASKS_SERVE_CONCURRENCY"] == "3"
+    assert env["MCPTASKS_BRIDGE_TOOL"] == "echo" and env["MCPTASKS_BRIDGE_IDEMPOTENT"] == "true"
+    assert env["MCPTASKS_BRIDGE_SERVER"] == next(
+        v["value"] for v in job_pod["containers"][0]["env"] if v["name"] == "MCPTASKS_BRIDGE_SERVER"
+    )
+    assert "API_KEY" not in env and "LOG_LEVEL" not in env  # the server's Secrets stay the sidecar's
+    assert not any(name.startswith("MCPTASKS_WORKER") for name in env)  # the worker API comes with each call
+    assert {m["name"] for m in bridge["volumeMounts"]} == {"tmp", "mcptasks-stdio"}
+    assert "worker-token" not in {v["name"] for v in pod["volumes"]}
+    assert bridge["readinessProbe"]["httpGet"]["path"] == "/healthz" and deployment["spec"]["replicas"] == 2
+    (owner,) = deployment["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("McpServer", "everything", "u-s")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/component": "warm-worker",
+        "mcptasks.io/mcp-server": "everything",
+        "mcptasks.io/tool": "echo",
+    }
+    assert build_service(server, tool, "rel")["spec"]["selector"] == selector
+    assert deployment["metadata"]["name"] == "mcpserver-everything-echo"
+    names = {server_warm_name("time", name) for name in ("get_current_time", "get-current-time", "Get", "x" * 80)}
+    assert len(names) == 4 and all(len(n) <= 63 and re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", n) for n in names)

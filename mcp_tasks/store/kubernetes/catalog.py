@@ -11,7 +11,6 @@ operator writes it into the McpTool's `status.conditions`); `changed` is set aft
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import logging
@@ -197,7 +196,9 @@ class KubernetesToolCatalog:
         return dict(self._servers.objects)
 
     def warm_endpoints(self, tool: str) -> tuple[str, ...]:
-        """`host:port` of each ready warm worker of tool `tool` (its McpTool's `status.warm.endpoints`)."""
+        """`host:port` of each ready warm worker of tool `tool` (its McpTool's `status.warm.endpoints`, or its
+        McpServer's `status.warm.<tool>.endpoints`).
+        """
         return self._endpoints.get(tool, ())
 
     def subscribe(self) -> asyncio.Event:
@@ -261,8 +262,8 @@ class KubernetesToolCatalog:
             verdicts[name] = verdict(True, "Valid", f"served as tool {spec.name!r}")
             served[name] = (obj, spec)
             if spec.warm is not None:
-                endpoints[spec.name] = _warm_endpoints(obj)
-        self._server_verdicts = self._add_servers(tools)
+                endpoints[spec.name] = _warm_endpoints((obj.get("status") or {}).get("warm"))
+        self._server_verdicts = self._add_servers(tools, endpoints)
         self._tools = tools
         self._sorted = [tools[name] for name in sorted(tools)]
         self._verdicts = verdicts
@@ -271,8 +272,12 @@ class KubernetesToolCatalog:
         for listener in self._listeners:
             listener.set()
 
-    def _add_servers(self, tools: dict[str, ToolSpec]) -> dict[str, ServerVerdict]:
-        """Add each McpServer's discovered tools to `tools` (oldest server first); the servers' verdicts."""
+    def _add_servers(
+        self, tools: dict[str, ToolSpec], endpoints: dict[str, tuple[str, ...]]
+    ) -> dict[str, ServerVerdict]:
+        """Add each McpServer's discovered tools to `tools` (oldest server first), and the ready warm workers of
+        a warm server's tools to `endpoints`; the servers' verdicts.
+        """
         verdicts: dict[str, ServerVerdict] = {}
         oldest_first = sorted(
             self._servers.objects.values(),
@@ -300,16 +305,10 @@ class KubernetesToolCatalog:
             if built is None or built[0] != key:
                 # cost: ~1 ms of CPU a tool (at most MAX_SERVER_TOOLS), paid again only when the listing changes
                 fresh, fresh_refusals = tool_specs(server, discovery, BRIDGE_COMMAND, self._follow_tools)
-                if server.manifest.warm is not None:  # no warm server pods yet: each call gets its Job
-                    fresh = [
-                        dataclasses.replace(spec, manifest=spec.manifest.model_copy(update={"warm": None}))
-                        for spec in fresh
-                    ]
                 built = (key, tuple(fresh), tuple(fresh_refusals))
                 self._built[name] = built
             specs, refusals = list(built[1]), list(built[2])
-            if server.manifest.warm is not None:
-                self._report(f"{source}: spec.warm is not run on Kubernetes yet; its tools run per call")
+            warm = status.get("warm")
             served: list[str] = []
             for spec in specs:
                 if spec.name in tools:
@@ -319,6 +318,8 @@ class KubernetesToolCatalog:
                     continue
                 tools[spec.name] = spec
                 served.append(spec.name)
+                if spec.warm is not None:
+                    endpoints[spec.name] = _warm_endpoints(warm.get(spec.name) if isinstance(warm, dict) else None)
             for refusal in refusals:
                 self._report(refusal)
             verdicts[name] = ServerVerdict(True, tuple(served), tuple(refusals), generation=generation, status=status)
@@ -354,9 +355,8 @@ def _manifest(obj: JsonObject) -> JsonObject:
     }
 
 
-def _warm_endpoints(obj: JsonObject) -> tuple[str, ...]:
-    """The `host:port` strings of `status.warm.endpoints` (anything else there is ignored)."""
-    warm = (obj.get("status") or {}).get("warm") or {}
+def _warm_endpoints(warm: object) -> tuple[str, ...]:
+    """The `host:port` strings of a `status.warm`'s `endpoints` (anything else there is ignored)."""
     listed = warm.get("endpoints") if isinstance(warm, dict) else None
     if not isinstance(listed, list):
         return ()

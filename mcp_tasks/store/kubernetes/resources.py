@@ -197,6 +197,9 @@ class McpServerStatus(_Stored):
     last_error: str | None = Field(None, alias="lastError", max_length=32768)
     """Why the last discovery failed (kept until one succeeds)."""
     conditions: list[TaskCondition] = Field(default_factory=list)
+    warm: dict[str, WarmStatus] = Field(default_factory=dict, max_length=1024)
+    """With `spec.warm`: tool name (with `toolNamePrefix`) → where its warm workers take calls (one pool per
+    tool, written by the operator); the gateways send that tool's synchronous calls straight to them."""
 
 
 class McpTaskStatus(_Stored):
