@@ -24,11 +24,12 @@ import yaml
 
 from mcp_tasks.operator.warm import FIELD_MANAGER, build_autoscaler, build_deployment, build_service
 from mcp_tasks.store.kubernetes import mapping
-from mcp_tasks.store.kubernetes.catalog import _manifest
+from mcp_tasks.store.kubernetes.catalog import BRIDGE_COMMAND, _manifest
 from mcp_tasks.store.manifests import load_manifest_file
 from mcp_tasks.tasks import transitions
 from mcp_tasks.tasks.ids import mint_task_id
 from mcp_tasks.tasks.owner import Owner
+from mcp_tasks.tasks.servers import Discovery, parse_server_manifest, tool_specs
 from mcp_tasks.tasks.tools import parse_manifest
 from mcp_tasks.worker.warm_auth import WarmCallSigner, new_private_pem
 from tests.conftest import REPO
@@ -125,6 +126,24 @@ def warm_manifests(release: Release) -> list[dict[str, Any]]:
     return [deployment, build_service(mcptool, tool, RELEASE), hpa]
 
 
+def server_warm_manifests(release: Release) -> list[dict[str, Any]]:
+    """The Deployment (at 0 replicas) and Service the operator's own code builds for the tool `get_current_time`
+    of a warm McpServer (docs/mcp-servers.md §6): the server as a native sidecar beside the bridge."""
+    server = {
+        "apiVersion": "mcptasks.io/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "time", "namespace": release.namespace, "uid": "0c1d6c1e-0000-4000-8000-000000000001"},
+        "spec": {"container": {"image": "registry.example/mcp/time:1", "command": ["mcp-server-time"]}, "warm": {}},
+    }
+    parsed = parse_server_manifest(_manifest(server), source="test")
+    listed = {"name": "get_current_time", "inputSchema": {"type": "object"}}
+    (tool,), _ = tool_specs(parsed, Discovery("2025-06-18", {"name": "t"}, (listed,)), BRIDGE_COMMAND)
+    key = WarmCallSigner.from_pem(new_private_pem()).public_pem
+    deployment = build_deployment(server, tool, RELEASE, key, bridge_image="registry.example/mcp-tasks:1")
+    deployment["spec"]["replicas"] = 0
+    return [deployment, build_service(server, tool, RELEASE)]
+
+
 def apply(release: Release, manifest: dict[str, Any], allowed: bool) -> str:
     """Server-side apply `manifest` as the operator does (its field manager, forced)."""
     args = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", "-")
@@ -182,6 +201,10 @@ def test_the_operator_account_writes_its_warm_workers(release: Release) -> None:
     release.refused_by_policy("label", "service", name, "app.kubernetes.io/instance=other", "--overwrite")
     for kind in ("horizontalpodautoscaler", "service", "deployment"):
         release.allowed("delete", kind, name)
+    # a warm McpServer tool's: the same rights, the same policy (its owner is made up: deleted right away)
+    for manifest in server_warm_manifests(release):
+        apply(release, manifest, allowed=True)
+        release.allowed("delete", manifest["kind"].lower(), manifest["metadata"]["name"], "--ignore-not-found")
 
 
 def test_the_operator_account_may_drop_a_tasks_field_ownership_and_change_nothing_else(release: Release) -> None:
