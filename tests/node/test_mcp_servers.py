@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.conftest import McpHttp, until
+from tests.conftest import PLAIN_CAPS, McpHttp, until
 from tests.node import server_images
 from tests.node.cluster import RealNode
 from tests.node.test_release import RELEASE, TASK_WAIT_S, TOKEN, Release
@@ -29,7 +29,8 @@ OPERATORS = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=o
 
 @pytest.fixture(scope="module")
 def servers(real_node: RealNode, release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """The two server images imported into the node, and an McpServer for each, discovered and Ready."""
+    """The two server images imported into the node, and McpServers of them (mcp-server-time twice: per call,
+    and warm), discovered and Ready."""
     server_images.build_and_import(real_node.containerd_socket, tmp_path_factory.mktemp("server-images"))
     declared = [
         {
@@ -51,6 +52,17 @@ def servers(real_node: RealNode, release: Release, tmp_path_factory: pytest.Temp
             "metadata": {"name": "time"},
             "spec": {"container": {"image": server_images.TIME_IMAGE, "command": server_images.TIME_COMMAND}},
         },
+        {
+            "apiVersion": "mcptasks.io/v1alpha1",
+            "kind": "McpServer",
+            "metadata": {"name": "time-warm"},
+            "spec": {
+                "container": {"image": server_images.TIME_IMAGE, "command": server_images.TIME_COMMAND},
+                "toolNamePrefix": "warm-",
+                "tools": {"convert_time": {"expose": False}},
+                "warm": {"minWorkers": 1},
+            },
+        },
     ]
     release.plane.kubectl("apply", "-n", release.namespace, "-f", "-", input_text=yaml.safe_dump_all(declared))
 
@@ -62,7 +74,7 @@ def servers(real_node: RealNode, release: Release, tmp_path_factory: pytest.Temp
             )
             for s in found
         }
-        return states == {"everything": "True", "time": "True"}
+        return states == {"everything": "True", "time": "True", "time-warm": "True"}
 
     wait_until_ready(ready, release)
     yield release
@@ -101,6 +113,35 @@ async def test_mcp_server_time_in_a_python_only_image_works_per_call(servers: Re
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     sidecar = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "server")
     assert sidecar["image"].endswith(server_images.TIME_IMAGE) and sidecar["imageID"]
+
+
+@pytest.mark.timeout(900)
+async def test_mcp_server_time_works_warm_from_its_warm_pod(servers: Release, mcp: McpHttp) -> None:
+    """`spec.warm` (docs/mcp-servers.md §6): the tool's warm pod (the server image as a native sidecar beside the
+    bridge serving warm calls) becomes Ready and is published in the McpServer's `status.warm`; a synchronous
+    call and a task of `warm-get_current_time` are answered from it, the task with no Job."""
+    selector = "app.kubernetes.io/component=warm-worker,mcptasks.io/mcp-server=time-warm"
+
+    def published() -> list[str]:
+        (server,) = [s for s in servers.json("mcpservers")["items"] if s["metadata"]["name"] == "time-warm"]
+        return list(
+            ((server.get("status") or {}).get("warm") or {}).get("warm-get_current_time", {}).get("endpoints") or []
+        )
+
+    endpoints = await until(published, timeout_s=TASK_WAIT_S, interval_s=1.0)
+    (pod,) = servers.json("pods", "-l", selector)["items"]
+    assert f"{pod['status']['podIP']}:8080" in endpoints
+    sidecar = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "server")
+    assert sidecar["image"].endswith(server_images.TIME_IMAGE) and sidecar["started"]
+    reply = (await mcp.call_tool("warm-get_current_time", {"timezone": "Europe/Paris"}, caps=PLAIN_CAPS)).result
+    assert not reply.get("isError") and "Europe/Paris" in reply["content"][0]["text"], reply
+    task_id = await mcp.start_task("warm-get_current_time", {"timezone": "Asia/Tokyo"})
+    done = await mcp.wait_status(task_id, "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert done["status"] == "completed" and "Asia/Tokyo" in done["result"]["content"][0]["text"], done
+    assert not servers.json("jobs", "-l", f"mcptasks.io/task-id={task_id}")["items"]  # the warm pod ran it
+    assert not servers.json("mcptasks", "-l", "mcptasks.io/tool=warm-get_current_time")["items"][1:]  # the task only
+    (again,) = servers.json("pods", "-l", selector)["items"]
+    assert again["metadata"]["uid"] == pod["metadata"]["uid"]
 
 
 @pytest.mark.timeout(900)
