@@ -79,15 +79,17 @@ node: install
 
 # The five set-ups are independent (their own cache folders; Go's module and build caches take concurrent builds),
 # so two run at a time: one's downloads, apt-get and single-threaded links overlap the other's compiling. In this
-# order the control plane (343 s cold) runs beside the other four in turn (3 + 64 + 124 + about 125 s). The tests
-# themselves run one at a time: the Kubernetes tests share one control plane per session and time their waits for
-# a machine they do not share with another test.
+# order the control plane (343 s cold) runs beside the other four in turn (3 + 64 + 124 + about 125 s).
 binaries: install
 	@$(MAKE) --no-print-directory -j2 controlplane objectstore identity promtool node kueue
 
-# 55 min at most: with about 12 of cold set-up and a few of conformance, .ci/run stays well within CI's 90
+# Two workers (pytest-xdist): most tests wait on processes, sockets and a control plane rather than compute (the
+# serial run of 2026-12-07 kept the two cores at load 0.5 to 1.4). The tests of one cluster stay on one worker
+# (`xdist_group`, tests/conftest.py), so the Kubernetes tests share one control plane and the real-node tests
+# one node; every other file runs whole on one worker. 55 min at most: with about 17 of cold set-up and a few of
+# conformance, .ci/run stays well within CI's 90.
 pytest: install binaries
-	timeout 3300 $(BIN)/pytest -q
+	timeout 3300 $(BIN)/pytest -q -n 2 --dist loadgroup
 
 conformance: install controlplane
 	timeout 1200 bash conformance/run.sh

@@ -37,6 +37,28 @@ POLL_S = 0.05
 T = TypeVar("T")
 Changed = Callable[[], Awaitable[object]]
 
+SHARED_CLUSTERS: dict[str, str] = {"real_node": "real-node", "control_plane": "control-plane"}
+"""Fixture → the `xdist_group` of every test that uses it (directly or through another fixture): the tests of
+one cluster run on one worker, in collection order, so a session starts each cluster once."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for `pytest -n 2 --dist loadgroup` (`make pytest`): a test of a shared cluster goes
+    with that cluster's group (`SHARED_CLUSTERS`), any other with its file (its module fixtures start once).
+    The cluster groups come first, so a worker starts the longest run at once while the other takes the
+    files. Without `-n` nothing changes.
+    """
+    if not (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None)):
+        return
+    grouped: list[pytest.Item] = []
+    rest: list[pytest.Item] = []
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        group = next((name for fixture, name in SHARED_CLUSTERS.items() if fixture in used), None)
+        (grouped if group else rest).append(item)
+        item.add_marker(pytest.mark.xdist_group(group or item.nodeid.split("::", 1)[0]))
+    items[:] = grouped + rest
+
 
 @overload
 async def until(

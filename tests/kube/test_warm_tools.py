@@ -165,8 +165,9 @@ async def test_synchronous_calls_reach_the_warm_workers_without_an_api_write(
 
 
 def worker_pids(tool: str) -> list[int]:
-    """Local processes of `tools.py <tool>` run from this checkout (the process node runs pods as local
-    processes; another checkout's tests on the same machine run their own)."""
+    """Local processes of `tools.py <tool>` run from this checkout by a warm pod (the process node runs pods as
+    local processes, `HOSTNAME` their pod's name `mcptool-...`; another checkout's tests, or the embedded tests
+    beside these under `pytest -n 2`, run their own)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -174,9 +175,11 @@ def worker_pids(tool: str) -> list[int]:
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             cwd = os.readlink(entry / "cwd")
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"tools.py" in argv and tool.encode() in argv and Path(cwd).is_relative_to(REPO):
+        in_a_pod = any(variable.startswith(b"HOSTNAME=mcptool-") for variable in environ)
+        if b"tools.py" in argv and tool.encode() in argv and Path(cwd).is_relative_to(REPO) and in_a_pod:
             found.append(int(entry.name))
     return found
 

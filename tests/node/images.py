@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import shutil
 import signal
 import subprocess
@@ -225,10 +226,21 @@ def _build_project(dockerd: Dockerd, source: Path, context: Path, wheels: Path, 
     )
 
 
+def _image_extras(dockerfile: Path) -> set[str]:
+    """The extras a Dockerfile's `pip install '.[a,b]'` installs (none when it installs plain `.`)."""
+    return {
+        extra.strip()
+        for found in re.findall(r"'\.\[([^\]]*)\]'", dockerfile.read_text())
+        for extra in found.split(",")
+        if extra.strip()
+    }
+
+
 def shares_wheelhouse(previous: Path) -> bool:
     """Whether the `wheelhouse` of this tree holds every wheel the release at `previous` installs: the same
-    build system, the same dependencies, and each of its extras unchanged here (this tree may add extras and
-    tool sections; those change nothing the previous image installs).
+    build system, the same dependencies, and each extra its Dockerfile installs unchanged here (this tree may
+    add extras, change the development ones and tool sections; those change nothing the previous image
+    installs).
     """
     before = tomllib.loads((previous / "pyproject.toml").read_text())
     now = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -237,7 +249,7 @@ def shares_wheelhouse(previous: Path) -> bool:
     return (
         before.get("build-system") == now.get("build-system")
         and before["project"].get("dependencies") == now["project"].get("dependencies")
-        and all(extras_now.get(name) == wanted for name, wanted in extras_before.items())
+        and all(extras_now.get(name) == extras_before.get(name) for name in _image_extras(previous / "Dockerfile"))
     )
 
 
