@@ -20,6 +20,7 @@ from mcp_tasks import runtime
 from mcp_tasks.bridge.call import leaf
 from mcp_tasks.bridge.discovery import discover
 from mcp_tasks.bridge.oneshot import run_once
+from mcp_tasks.bridge.server_tasks import task_mode
 from mcp_tasks.bridge.target import BridgeConfigError, Target
 from mcp_tasks.bridge.warm import WarmBridge
 from mcp_tasks.runtime import contract
@@ -55,9 +56,10 @@ def main(argv: list[str]) -> None:
         sys.stderr.write(f"mcp-tasks bridge: {contract.ENV_BRIDGE_TOOL} is not set\n")
         sys.exit(2)
     idempotent = os.environ.get(contract.ENV_BRIDGE_IDEMPOTENT) == "true"
+    mode = task_mode(os.environ.get(contract.ENV_BRIDGE_TASK_SUPPORT))
     if os.environ.get(contract.ENV_SERVE_PORT):
-        runtime.run(WarmBridge(target, tool, idempotent).main)
-    runtime.run(lambda ctx: run_once(ctx, target, tool, idempotent))
+        runtime.run(WarmBridge(target, tool, idempotent, mode).main)
+    runtime.run(lambda ctx: run_once(ctx, target, tool, idempotent, mode))
 
 
 main(sys.argv[1:])

@@ -1,6 +1,8 @@
 """One `tools/call` of the server, and the outcome rule applied to what the server did with it.
 
 - the server's `CallToolResult` → the task's result, verbatim (a handshake-era server's JSON as sent);
+- a tool the server runs as its own 2025-11-25 task (`execution.taskSupport`, `TaskMode`) → followed by
+  `server_tasks.call_as_task` to its `CallToolResult`, which is then the task's result as above;
 - a JSON-RPC error answer → the task `failed` with that error (`ProtocolFailure`);
 - the server exits or closes the connection after the call was sent → the one outcome rule: an
   idempotent tool's call is sent again to a fresh server (up to `MAX_SENDS` in all), any other ends
@@ -23,6 +25,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import RootModel, ValidationError
 
+from mcp_tasks.bridge import server_tasks
+from mcp_tasks.bridge.server_tasks import TaskMode
 from mcp_tasks.runtime import ProtocolFailure, text_result
 
 logger = logging.getLogger("mcp_tasks.bridge")
@@ -47,22 +51,28 @@ def _closed(exc: MCPError) -> bool:
     return exc.error.code == types.CONNECTION_CLOSED and exc.error.message == "Connection closed"
 
 
-async def call_tool(client: Client, name: str, arguments: Json, progress: Any) -> Json:
+async def call_tool(client: Client, name: str, arguments: Json, progress: Any, mode: TaskMode | None = None) -> Json:
     """Send `tools/call` and return the `CallToolResult` JSON.
 
     A handshake-era (2025-06-18, 2025-11-25) server's result is returned as it sent it (after the SDK's
     checks). A 2026-07-28 server goes through `Client.call_tool`, which also drives its multi-round-trip
-    input requests through the same callbacks; its result is the model's fields that were set.
+    input requests through the same callbacks; its result is the model's fields that were set. With a
+    `mode` the server can honour (`server_tasks.augmented`), the call runs as the server's task.
 
     Raises:
         ServerLost: the connection closed before the answer.
         ProtocolFailure: the server answered with a JSON-RPC error, or with something that is not a
             `CallToolResult` (code -32603).
     """
+    session = client.session
     try:
-        if client.session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        if mode is not None and server_tasks.augmented(
+            mode.support, session.protocol_version, session.server_capabilities
+        ):
+            return await server_tasks.call_as_task(session, name, arguments, progress, mode.statuses)
+        if session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
-            return (await client.session.send_request(request, _Raw, progress_callback=progress)).root
+            return (await session.send_request(request, _Raw, progress_callback=progress)).root
         result = await client.call_tool(name, arguments, progress_callback=progress)
         return result.model_dump(by_alias=True, mode="json", exclude_unset=True)
     except MCPError as exc:

@@ -9,6 +9,10 @@
 - `notifications/message` → log lines on the bridge's stderr (the runner keeps a bounded tail), bounded;
 - a transport-level error (a malformed line on stdout, an unknown message) → one warning line, bounded.
 
+A request the server made for one of its own 2025-11-25 tasks (`bridge/server_tasks.py`) carries that task's
+id in `_meta` (`RELATED_TASK_META`): it is taken out before the request is put (`without_related_task`), so
+our client never sees the server's task id.
+
 The `ToolContext` is blocking (standard library HTTP), so every call into it runs in a worker thread.
 """
 
@@ -36,10 +40,25 @@ MAX_LOG_LINES: Final = 1000
 MAX_LOG_LINE_CHARS: Final = 2000
 """Longest server log line written, in characters."""
 NO_CALL: Final = "no call of this connection is waiting for input"
+RELATED_TASK_META: Final = "io.modelcontextprotocol/related-task"
+"""The `_meta` key naming the server's task a message belongs to (MCP 2025-11-25 tasks, "Associating
+Task-Related Messages")."""
 
 Model = TypeVar("Model", bound=BaseModel)
 Resolve = Callable[[], "ToolContext | str"]
 """Which call a server request belongs to: its `ToolContext`, or why none can take it (a message)."""
+
+
+def without_related_task(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` (request params or a result, as JSON) without `_meta`'s `RELATED_TASK_META`; `_meta` itself
+    goes when nothing else is left in it. The input is not changed.
+    """
+    meta = message.get("_meta")
+    if not isinstance(meta, dict) or RELATED_TASK_META not in meta:
+        return message
+    kept = {key: value for key, value in meta.items() if key != RELATED_TASK_META}
+    stripped = {key: value for key, value in message.items() if key != "_meta"}
+    return {**stripped, "_meta": kept} if kept else stripped
 
 
 def _error(message: str, code: int = types.INTERNAL_ERROR) -> types.ErrorData:
@@ -69,7 +88,7 @@ class ServerRequests:
         if isinstance(ctx, str):
             return _error(f"mcp-tasks cannot put {method} to a client: {ctx}")
         key = f"{method.partition('/')[0]}-{next(self._keys)}"
-        request = {key: {"method": method, "params": params}}
+        request = {key: {"method": method, "params": without_related_task(params)}}
         try:
             answers = await anyio.to_thread.run_sync(ctx.ask, request, abandon_on_cancel=True)
         except ClientLacksCapability as exc:

@@ -15,6 +15,7 @@ import anyio
 
 from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
 from mcp_tasks.bridge.mapping import Progress, ServerMessages, ServerRequests
+from mcp_tasks.bridge.server_tasks import TaskMode
 from mcp_tasks.bridge.target import Handlers, Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
 
@@ -24,20 +25,25 @@ STOPPED_EXIT_CODE = 143
 """The bridge's exit code after SIGTERM (128 + 15, as a process killed by it)."""
 
 
-def run_once(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json:
+def run_once(ctx: ToolContext, target: Target, tool: str, idempotent: bool, mode: TaskMode | None = None) -> Json:
     """Call `tool` on a fresh `target` server with `ctx.arguments`; return its `CallToolResult`.
+
+    With a `mode`, the call runs as the server's own task (`server_tasks`); a SIGTERM then cancels that task
+    on the server (`tasks/cancel`) before the connection closes.
 
     Raises:
         ProtocolFailure: the server answered with a JSON-RPC error, or never got the call.
         SystemExit: stopped by SIGTERM or SIGINT (code 143); no result is posted.
     """
-    outcome: Json | None = anyio.run(_until_stopped, ctx, target, tool, idempotent)
+    outcome: Json | None = anyio.run(_until_stopped, ctx, target, tool, idempotent, mode)
     if outcome is None:
         raise SystemExit(STOPPED_EXIT_CODE)
     return outcome
 
 
-async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent: bool) -> Json | None:
+async def _until_stopped(
+    ctx: ToolContext, target: Target, tool: str, idempotent: bool, mode: TaskMode | None
+) -> Json | None:
     """`_send`, stopped at the first SIGTERM/SIGINT (then `None`).
 
     Only the call is abandoned (which sends the server `notifications/cancelled`); the connection then
@@ -60,7 +66,7 @@ async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent
 
             group.start_soon(stop_on_signal)
             try:
-                outcome = await _send(ctx, target, tool, idempotent, stopping)
+                outcome = await _send(ctx, target, tool, idempotent, stopping, mode)
             except ProtocolFailure as exc:  # raised after the group, which would wrap it in an exception group
                 failure = exc
             group.cancel_scope.cancel()
@@ -69,7 +75,9 @@ async def _until_stopped(ctx: ToolContext, target: Target, tool: str, idempotent
     return outcome
 
 
-async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, stopping: anyio.Event) -> Json | None:
+async def _send(
+    ctx: ToolContext, target: Target, tool: str, idempotent: bool, stopping: anyio.Event, mode: TaskMode | None
+) -> Json | None:
     """Send the call, again to a fresh server when an idempotent tool's server was lost (`MAX_SENDS` in all);
     `None` once `stopping` is set.
 
@@ -79,7 +87,12 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, s
     requests = ServerRequests(lambda: ctx)
     messages = ServerMessages(target.server)
     handlers = Handlers(
-        requests.sampling, requests.elicitation, requests.list_roots, messages.logging, messages.message
+        requests.sampling,
+        requests.elicitation,
+        requests.list_roots,
+        messages.logging,
+        messages.message,
+        mode.extensions if mode is not None else (),
     )
     why = ""
     for send in range(1, MAX_SENDS + 1):
@@ -102,7 +115,7 @@ async def _send(ctx: ToolContext, target: Target, tool: str, idempotent: bool, s
                     # Kept, not raised, inside the block: the transport's task groups would wrap an error
                     # leaving it in an exception group.
                     try:
-                        result = await call_tool(client, tool, ctx.arguments, progress)
+                        result = await call_tool(client, tool, ctx.arguments, progress, mode)
                     except ProtocolFailure as exc:
                         failure = exc
                     except ServerLost as exc:

@@ -24,6 +24,7 @@ from typing import Any, Final
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.extension import ClientExtension
 from mcp.client.session import ElicitationFnT, ListRootsFnT, LoggingFnT, MessageHandlerFnT, SamplingFnT
 from mcp.client.stdio import get_default_environment
 
@@ -98,6 +99,8 @@ class Handlers:
     list_roots: ListRootsFnT
     logging: LoggingFnT
     message: MessageHandlerFnT
+    extensions: tuple[ClientExtension, ...] = ()
+    """Client extensions of the connection (e.g. the binding of a server's `notifications/tasks/status`)."""
 
 
 def _free_port() -> int:
@@ -224,5 +227,6 @@ async def connect(target: Target, handlers: Handlers) -> AsyncIterator[Client]:
             list_roots_callback=handlers.list_roots,
             logging_callback=handlers.logging,
             message_handler=handlers.message,
+            extensions=list(handlers.extensions) or None,
         )
         yield await stack.enter_async_context(client)

@@ -22,6 +22,7 @@ from mcp import Client
 
 from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
 from mcp_tasks.bridge.mapping import NO_CALL, Progress, ServerMessages, ServerRequests
+from mcp_tasks.bridge.server_tasks import TaskMode
 from mcp_tasks.bridge.target import Handlers, Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
 from mcp_tasks.runtime.tool import CallCancelled
@@ -43,10 +44,15 @@ class _Connection:
 
 
 class WarmBridge:
-    """The warm worker's `main`: calls of `tool` over one connection to `target`, opened on first use."""
+    """The warm worker's `main`: calls of `tool` over one connection to `target`, opened on first use.
 
-    def __init__(self, target: Target, tool: str, idempotent: bool) -> None:
+    With a `mode`, each call runs as the server's own task (`server_tasks`), followed by the call's own
+    thread; the connection's `notifications/tasks/status` reach each by the server's task id.
+    """
+
+    def __init__(self, target: Target, tool: str, idempotent: bool, mode: TaskMode | None = None) -> None:
         self._target = target
+        self._mode = mode
         self._tool = tool
         self._idempotent = idempotent
         self._calls: dict[int, ToolContext] = {}
@@ -64,7 +70,12 @@ class WarmBridge:
         requests = ServerRequests(self._resolve)
         messages = ServerMessages(target.server)
         self._handlers = Handlers(
-            requests.sampling, requests.elicitation, requests.list_roots, messages.logging, messages.message
+            requests.sampling,
+            requests.elicitation,
+            requests.list_roots,
+            messages.logging,
+            messages.message,
+            mode.extensions if mode is not None else (),
         )
 
     async def _run_loop(self) -> None:
@@ -145,7 +156,7 @@ class WarmBridge:
                 group.start_soon(watch_cancel)
                 group.start_soon(progress.run)
                 try:
-                    result = await call_tool(connection.client, self._tool, ctx.arguments, progress)
+                    result = await call_tool(connection.client, self._tool, ctx.arguments, progress, self._mode)
                 except ProtocolFailure:
                     group.cancel_scope.cancel()
                     raise

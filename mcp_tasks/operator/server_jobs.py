@@ -38,6 +38,7 @@ from mcp_tasks.tasks.servers import (
     BRIDGE_MODULE,
     ENV_BRIDGE_IDEMPOTENT,
     ENV_BRIDGE_SERVER,
+    ENV_BRIDGE_TASK_SUPPORT,
     ENV_BRIDGE_TOOL,
     ServerSpec,
     ServerToolSpec,
@@ -181,6 +182,12 @@ def server_tool_pod(
     bridge_env = {
         ENV_BRIDGE_TOOL: tool.server_tool_name,
         ENV_BRIDGE_IDEMPOTENT: "true" if tool.execution.idempotent else "false",
+    }
+    # The tool's own taskSupport, as discovery wrote it into the generated tool (`servers.tool_specs`).
+    bridge_env |= {
+        var.name: var.value
+        for var in tool.manifest.container.env
+        if var.name == ENV_BRIDGE_TASK_SUPPORT and var.value is not None
     }
     server_pod(pod, tool.server, bridge_image, defaults, declared, bridge_env)
 

@@ -163,3 +163,6 @@ ENV_BRIDGE_TOOL: Final = "MCPTASKS_BRIDGE_TOOL"
 ENV_BRIDGE_IDEMPOTENT: Final = "MCPTASKS_BRIDGE_IDEMPOTENT"
 """`true` when the tool's `execution.idempotent` holds: a call the server lost mid-way is sent again to a
 fresh server by the bridge itself; otherwise its outcome is reported unknown."""
+ENV_BRIDGE_TASK_SUPPORT: Final = "MCPTASKS_BRIDGE_TASK_SUPPORT"
+"""The tool's own 2025-11-25 `execution.taskSupport` as the server listed it (`optional` or `required`; unset
+otherwise): the bridge then runs each call as the server's task (`bridge/server_tasks.py`)."""

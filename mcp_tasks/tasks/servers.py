@@ -41,6 +41,8 @@ ENV_BRIDGE_TOOL: Final = contract.ENV_BRIDGE_TOOL
 """The server's own name of the tool the bridge calls (without `toolNamePrefix`)."""
 ENV_BRIDGE_IDEMPOTENT: Final = contract.ENV_BRIDGE_IDEMPOTENT
 """`true` when the tool is idempotent: the bridge re-sends a call the server lost to a fresh server."""
+ENV_BRIDGE_TASK_SUPPORT: Final = contract.ENV_BRIDGE_TASK_SUPPORT
+"""The tool's own `execution.taskSupport` (`optional`, `required`): the bridge runs calls as the server's tasks."""
 BRIDGE_MODULE: Final = "mcp_tasks.bridge"
 MAX_SERVER_TOOLS: Final = 1000
 """Most tools one McpServer may list (docs/mcp-servers.md §Limits). A larger listing is refused whole: the
@@ -236,6 +238,15 @@ def bridge_target(server: ServerSpec) -> JsonObject:
     }
 
 
+def _task_support(listed: Mapping[str, Any]) -> str | None:
+    """The tool's own 2025-11-25 `execution.taskSupport` when the bridge runs its calls as the server's tasks
+    (`optional`, `required`); None for `forbidden`, absent or anything else (plain calls).
+    """
+    execution = listed.get("execution")
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if support in {"optional", "required"} else None
+
+
 def _annotated_idempotent(listed: Mapping[str, Any]) -> bool:
     """Tell whether the tool's own annotations make a re-run safe (`idempotentHint` or `readOnlyHint` true)."""
     annotations = listed.get("annotations")
@@ -365,6 +376,9 @@ def tool_specs(
             container["env"].append(
                 {"name": ENV_BRIDGE_IDEMPOTENT, "value": "true" if execution.get("idempotent") else "false"}
             )
+            support = _task_support(listed)
+            if support is not None:
+                container["env"].append({"name": ENV_BRIDGE_TASK_SUPPORT, "value": support})
             container.pop("workingDir", None)
             description = listed.get("description")
             title = listed.get("title")
