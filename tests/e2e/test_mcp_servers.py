@@ -8,6 +8,7 @@ docs/mcp-servers.md each have a test here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -46,9 +47,13 @@ def write_folder(folder: Path, *documents: dict[str, Any]) -> Path:
 
 @pytest.fixture
 async def everything(tmp_path: Path) -> AsyncIterator[Embedded]:
-    """The embedded server with server-everything declared (stdio), cancel grace 2 s."""
+    """The embedded server with server-everything declared (stdio), cancel grace 2 s (5 s, the default, for
+    the research tool, whose server outlives the closing of its stdin by the SDK's 2 s wait: its task timers)."""
     manifest = server_manifest(
-        "everything", everything_command(), toolDefaults={"execution": {"cancelGraceSeconds": 2}}
+        "everything",
+        everything_command(),
+        toolDefaults={"execution": {"cancelGraceSeconds": 2}},
+        tools={"simulate-research-query": {"execution": {"cancelGraceSeconds": 5}}},
     )
     folder = write_folder(tmp_path / "tools", manifest)
     settings = server_settings(tmp_path / "data")
@@ -164,6 +169,81 @@ async def test_a_cancelled_long_operation_ends_cancelled_and_its_server_is_stopp
     done = await client.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=20)
     assert done["status"] == "cancelled", done
     await exited(servers[0], timeout_s=15)
+
+
+async def test_a_tool_the_server_runs_as_its_own_task_is_one_of_ours_with_its_status_messages_and_result(
+    client: McpHttp,
+) -> None:
+    """Mapping row: server-everything's `simulate-research-query` lists `execution.taskSupport: required`; the
+    bridge calls it with `task` (MCP 2025-11-25 tasks), follows the server's task with `tasks/get`, shows each
+    server `statusMessage` on our task while it runs, and records the `tasks/result` `CallToolResult` as our
+    result. The server's task id stays inside the bridge (its related-task `_meta` is not passed on)."""
+    task_id = await client.start_task("simulate-research-query", {"topic": "tides"})
+    running = await client.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...")
+    assert running["status"] == "working", running
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=30)
+    assert done["status"] == "completed", done
+    (block,) = done["result"]["content"]
+    assert block["text"].startswith("# Research Report: tides\n"), block
+    assert "related-task" not in json.dumps(done), done
+
+
+async def test_a_server_tasks_elicitation_is_an_input_round_of_ours(client: McpHttp) -> None:
+    """Mapping row: the server's task goes `input_required` and delivers its `elicitation/create` over
+    `tasks/result` (MCP 2025-11-25 tasks, "Input Required Status"); it becomes our task's input request
+    (without the server's related-task `_meta`), and the answer given through `tasks/update` reaches the
+    server, whose report names it."""
+    task_id = await client.start_task("simulate-research-query", {"topic": "python", "ambiguous": True})
+    asked = await client.wait_status(task_id, "input_required", timeout_s=20)
+    ((key, request),) = asked["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    choices = request["params"]["requestedSchema"]["properties"]["interpretation"]["oneOf"]
+    assert {"const": "snake", "title": "Python snake species"} in choices
+    assert "_meta" not in request["params"], request
+    await client.update(task_id, {key: {"action": "accept", "content": {"interpretation": "snake"}}})
+    done = await client.wait_status(task_id, "completed", "failed", timeout_s=30)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"].startswith("# Research Report: python (snake)\n"), done
+
+
+async def test_a_cancel_of_ours_cancels_the_servers_task_per_call_and_warm(
+    client: McpHttp, tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """Mapping row: our `tasks/cancel` of a call the server runs as its task → the server's `tasks/cancel`
+    (tasks extension 2026-07-28 `tasks/cancel` → MCP 2025-11-25 `tasks/cancel`); our task ends `cancelled`.
+    Per call, the server is then stopped. Warm, the server lives on, so what it did is seen on the worker's
+    stderr (the runner keeps it): its own `tasks/get` shows the task `cancelled` with its message, and the
+    research it was running fails its next step, which a cancelled task may not take."""
+    task_id = await client.start_task("simulate-research-query", {"topic": "tides"})
+    await client.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=20)
+    servers = server_pids(task_id)
+    assert len(servers) == 1, servers
+    await client.cancel(task_id)
+    done = await client.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=20)
+    assert done["status"] == "cancelled", done
+    await exited(servers[0], timeout_s=15)
+
+    warm = server_manifest("everything-warm", everything_command(), warm={"minWorkers": 1, "concurrency": 2})
+    folder = write_folder(tmp_path / "warm-tools", {**warm, "spec": {**warm["spec"], "toolNamePrefix": "w-"}})
+    settings = server_settings(tmp_path / "warm-data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+        mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
+        task_id = await mcp.start_task("w-simulate-research-query", {"topic": "tides"})
+        await mcp.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=30)
+        await mcp.cancel(task_id)
+        done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=20)
+        assert done["status"] == "cancelled", done
+        runs = tmp_path / "warm-data" / "runs"
+        line = "the server's task for this call is cancelled: Client cancelled task execution."
+        await until(lambda: _logged(runs, line), timeout_s=20)
+        await until(lambda: _logged(runs, 'from terminal status "cancelled" to "working"'), timeout_s=20)
+        (worker,) = tool_pids("w-simulate-research-query", "MCPTASKS_SERVE_TOOL")
+        servers = children_of(worker)
+    # A warm worker ends with os._exit (runtime.serve), so the SDK never stops its stdio server: this one keeps
+    # its cancelled task's 5 min TTL timer and outlives its stdin; the test stops what it started.
+    for pid in servers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 async def test_an_idempotent_tools_call_is_sent_again_when_its_server_dies_mid_call(client: McpHttp) -> None:
