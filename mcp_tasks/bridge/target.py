@@ -5,20 +5,24 @@ The executor runs the bridge as the tool's process with `MCPTASKS_BRIDGE_SERVER`
 child, or a Streamable HTTP process on a free loopback port) and opens an official-SDK `mcp.Client` to it,
 negotiating the server's era (`server/discover` for 2026-07-28, else `initialize`). The server gets only
 its own spec's environment plus the SDK's short safe list (`PATH`, `HOME`, ...), never the bridge's
-worker token. Nothing here knows of tasks.
+worker token. A server the bridge starts runs under the keeper (`bridge.keeper`), so it never outlives the
+bridge. Nothing here knows of tasks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -103,6 +107,36 @@ class Handlers:
     """Client extensions of the connection (e.g. the binding of a server's `notifications/tasks/status`)."""
 
 
+KEEPER_SCRIPT: Final = Path(__file__).with_name("keeper.py")
+"""The keeper (`bridge.keeper`), run by path: it needs nothing but the standard library."""
+
+
+def keeper_argv(command: Sequence[str], env: Mapping[str, str], working_dir: str | None) -> list[str]:
+    """The argv that starts `command` under the keeper, so it never outlives this process (docs/mcp-servers.md
+    §4); `command` itself on Windows, where the SDK's Job Object is all there is. The keeper runs isolated
+    (`-I -S`: no `PYTHON*` variable of the server's `env` reaches it) and passes `env` on unchanged.
+
+    Call it from the thread that starts the process and lives as long as the bridge (on Linux the keeper
+    learns of the bridge's end from that thread's).
+
+    Raises:
+        FileNotFoundError: `command[0]` is not found on `env`'s `PATH` (or, with a `/`, from `working_dir`): the
+            error starting it directly would raise.
+    """
+    program = command[0]
+    if "/" in program:
+        found: str | None = str(Path(working_dir or ".", program))
+        if not os.access(str(found), os.X_OK):
+            found = None
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if sys.platform == "win32":  # pragma: no cover
+        return list(command)
+    return [sys.executable, "-I", "-S", str(KEEPER_SCRIPT), str(os.getpid()), *command]
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -161,7 +195,7 @@ async def _http_server(target: Target) -> AsyncIterator[str]:
     if target.port_env:
         env[target.port_env] = str(port)
     process = await anyio.open_process(
-        list(target.command),
+        keeper_argv(target.command, env, target.working_dir),
         env=env,
         cwd=target.working_dir,
         stdin=subprocess.DEVNULL,
@@ -200,7 +234,8 @@ async def connect(target: Target, handlers: Handlers) -> AsyncIterator[Client]:
     calling client (some servers list tools only for clients that declare them). `mode="auto"` probes
     `server/discover` (2026-07-28) and falls back to `initialize` + `notifications/initialized`
     (2025-06-18, 2025-11-25). Leaving the block stops the server: a stdio one by closing its stdin, then
-    SIGTERM and SIGKILL (the SDK's shutdown); an HTTP one by SIGTERM, then SIGKILL.
+    SIGTERM and SIGKILL (the SDK's shutdown); an HTTP one by SIGTERM, then SIGKILL. A started server runs
+    under the keeper (`keeper_argv`), which stops it if the bridge ends without leaving the block.
 
     Raises:
         OSError: the server's command cannot be started.
@@ -212,9 +247,9 @@ async def connect(target: Target, handlers: Handlers) -> AsyncIterator[Client]:
         if target.transport == "stdio":
             if not target.command:
                 raise BridgeConfigError("a stdio server needs a command")
-            server = StdioServerParameters(
-                command=target.command[0], args=list(target.command[1:]), env=dict(target.env), cwd=target.working_dir
-            )
+            env = get_default_environment() | dict(target.env)
+            command, *args = keeper_argv(target.command, env, target.working_dir)
+            server = StdioServerParameters(command=command, args=args, env=dict(target.env), cwd=target.working_dir)
         else:
             server = await stack.enter_async_context(_http_server(target))
         client = Client(

@@ -8,7 +8,6 @@ docs/mcp-servers.md each have a test here.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -238,12 +237,10 @@ async def test_a_cancel_of_ours_cancels_the_servers_task_per_call_and_warm(
         await until(lambda: _logged(runs, line), timeout_s=20)
         await until(lambda: _logged(runs, 'from terminal status "cancelled" to "working"'), timeout_s=20)
         (worker,) = tool_pids("w-simulate-research-query", "MCPTASKS_SERVE_TOOL")
-        servers = children_of(worker)
-    # A warm worker ends with os._exit (runtime.serve), so the SDK never stops its stdio server: this one keeps
-    # its cancelled task's 5 min TTL timer and outlives its stdin; the test stops what it started.
+        servers = descendants(worker)
+    # The warm worker ends with `mcptasks serve`, and its server with it (the keeper, docs/mcp-servers.md §4).
     for pid in servers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        await exited(pid, timeout_s=20)
 
 
 async def test_an_idempotent_tools_call_is_sent_again_when_its_server_dies_mid_call(client: McpHttp) -> None:
@@ -260,7 +257,8 @@ async def test_an_idempotent_tools_call_is_sent_again_when_its_server_dies_mid_c
 
 def server_pids(task_id: str) -> list[int]:
     """Pids of the MCP server processes a task's bridge started: children of the bridge, which has the task's
-    id in its environment (the server itself gets only its spec's environment)."""
+    id in its environment (the server itself gets only its spec's environment). Each is the server's keeper
+    (`bridge.keeper`), which exits as its server does, and takes the server with it when killed."""
     bridges = {str(pid) for pid in tool_pids(task_id)}
     found = []
     for entry in Path("/proc").iterdir():
@@ -375,6 +373,58 @@ def children_of(pid: int) -> list[int]:
             except (OSError, IndexError):
                 continue
     return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Live processes below `pid` (children, their children, ...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        below = parents.get(queue.pop(), [])
+        found.extend(below)
+        queue.extend(below)
+    return found
+
+
+async def test_a_kill_9_of_the_bridge_mid_operation_leaves_no_server_process(client: McpHttp) -> None:
+    """docs/mcp-servers.md §4 (ours): a server never outlives the bridge that started it, however the bridge
+    ends; here a SIGKILL of a per-call bridge (as the runner's after `cancelGraceSeconds`), so nothing stops
+    the server the SDK's way, and the server (its research task's timers) would outlive its closed stdin."""
+    task_id = await client.start_task("simulate-research-query", {"topic": "tides"})
+    await client.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=20)
+    (bridge,) = tool_pids(task_id)
+    servers = descendants(bridge)
+    assert len(servers) == 2, servers  # the keeper and the server
+    os.kill(bridge, signal.SIGKILL)
+    for pid in servers:
+        await exited(pid, timeout_s=20)
+
+
+async def test_a_stopped_warm_worker_leaves_no_server_process(
+    tmp_path: Path, http_session: aiohttp.ClientSession
+) -> None:
+    """docs/mcp-servers.md §4 (ours): a warm worker ends with os._exit (runtime.serve), so the SDK never stops
+    its server; stopped mid-call (here with `mcptasks serve`), it leaves no server process behind, though
+    this one (its research task's timers) would outlive its closed stdin."""
+    warm = server_manifest("everything-warm", everything_command(), warm={"minWorkers": 1, "concurrency": 2})
+    folder = write_folder(tmp_path / "tools", {**warm, "spec": {**warm["spec"], "toolNamePrefix": "w-"}})
+    settings = server_settings(tmp_path / "data")
+    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+        mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
+        task_id = await mcp.start_task("w-simulate-research-query", {"topic": "tides"})
+        await mcp.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=30)
+        (worker,) = tool_pids("w-simulate-research-query", "MCPTASKS_SERVE_TOOL")
+        servers = descendants(worker)
+        assert len(servers) == 2, servers  # the keeper and the server
+    for pid in [worker, *servers]:
+        await exited(pid, timeout_s=20)
 
 
 async def test_a_kill_9_of_the_server_mid_operation_loses_nothing(
