@@ -1,7 +1,7 @@
 """The keeper: the process between the bridge and an MCP server it starts, so the server never outlives it.
 
 `python -I -S keeper.py <bridge pid> <server argv...>` (the bridge runs it by path, `target.keeper_argv`;
-standard library only, so it starts in a few milliseconds with nothing but the server's environment). It
+standard library only, so it starts in ~20 ms with nothing but the server's environment). It
 starts the server as its own child, in its own process group (the bridge starts the keeper in a session of
 its own), waits for it, and exits as the server did: its exit code, or killed by the same signal. The
 bridge's client (the SDK's stdio transport, or `target._http_server`) sees the keeper as the server: its
