@@ -4,6 +4,7 @@ is otherwise the server, as its client sees it (exit code, death by signal, a mi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -38,11 +39,13 @@ BRIDGE = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the guarantee is Linux's (PR_SET_PDEATHSIG)")
 async def test_a_sigkill_of_the_bridge_stops_a_server_that_ignores_sigterm_and_its_child() -> None:
-    """The stop sequence after the bridge's end: wait, SIGTERM the group, wait, SIGKILL the group."""
+    """Ours (docs/mcp-servers.md §4), after the MCP lifecycle's shutdown (2025-11-25 basic/lifecycle#shutdown):
+    once the bridge is gone the keeper waits, SIGTERMs the server's group, waits, and SIGKILLs the group."""
     bridge = subprocess.Popen([sys.executable, "-c", BRIDGE, STUBBORN_SERVER], stdout=subprocess.PIPE)
     try:
         assert bridge.stdout is not None
-        server, child = (int(pid) for pid in bridge.stdout.readline().split())
+        line = await asyncio.wait_for(asyncio.to_thread(bridge.stdout.readline), timeout=15)
+        server, child = (int(pid) for pid in line.split())
         os.kill(bridge.pid, signal.SIGKILL)
         bridge.wait()
         await exited(server, timeout_s=15)
@@ -55,7 +58,7 @@ async def test_a_sigkill_of_the_bridge_stops_a_server_that_ignores_sigterm_and_i
 
 
 def test_the_keeper_exits_as_its_server_did() -> None:
-    """The client sees the server's exit code, or its death by a signal, as the keeper's."""
+    """Ours: the client sees the server's exit code, or its death by a signal, as the keeper's."""
     code = [sys.executable, "-c", "raise SystemExit(3)"]
     assert subprocess.run(keeper_argv(code, os.environ, None), check=False).returncode == 3
     killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
@@ -63,6 +66,7 @@ def test_the_keeper_exits_as_its_server_did() -> None:
 
 
 def test_a_missing_command_fails_as_starting_it_directly_would() -> None:
+    """Ours: `FileNotFoundError` before any process starts, as the SDK's spawn of the bare command raised."""
     with pytest.raises(FileNotFoundError):
         keeper_argv(["no-such-mcp-server"], {"PATH": "/nonexistent"}, None)
     with pytest.raises(FileNotFoundError):
