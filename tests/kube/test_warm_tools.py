@@ -164,22 +164,26 @@ async def test_synchronous_calls_reach_the_warm_workers_without_an_api_write(
     assert kube_json(control_plane, namespace, "mcptasks")["items"] == []
 
 
-def worker_pids(tool: str) -> list[int]:
-    """Local processes of `tools.py <tool>` run from this checkout by a warm pod (the process node runs pods as
-    local processes, `HOSTNAME` their pod's name `mcptool-...`; another checkout's tests, or the embedded tests
-    beside these under `pytest -n 2`, run their own)."""
+def worker_pids(control_plane: ControlPlane, namespace: str, tool: str) -> list[int]:
+    """Local processes of `tools.py <tool>` run by a pod of `namespace` (the process node runs pods as local
+    processes, `HOSTNAME` their pod's name). Not another namespace's pods, which a deleted namespace may keep
+    a while, nor the embedded tests' workers, which run beside these under `pytest -n 2`."""
+    pods = {
+        f"HOSTNAME={name}".encode()
+        for name in control_plane.kubectl(
+            "get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].metadata.name}"
+        ).split()
+    }
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            cwd = os.readlink(entry / "cwd")
-            environ = (entry / "environ").read_bytes().split(b"\0")
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        in_a_pod = any(variable.startswith(b"HOSTNAME=mcptool-") for variable in environ)
-        if b"tools.py" in argv and tool.encode() in argv and Path(cwd).is_relative_to(REPO) and in_a_pod:
+        if b"tools.py" in argv and tool.encode() in argv and environ & pods:
             found.append(int(entry.name))
     return found
 
@@ -208,14 +212,19 @@ async def test_a_warm_worker_killed_mid_call_and_input_on_a_warm_tool(
     arguments = {"seconds": 20, "started": str(started)}
     call = asyncio.create_task(mcp.call_tool("warm_sleeper", arguments, caps=PLAIN_CAPS), name="call")
     await until(started.exists)  # the call is in flight on that worker
-    (pid,) = worker_pids("warm_sleeper")
+    (pid,) = worker_pids(control_plane, namespace, "warm_sleeper")
     os.kill(pid, signal.SIGKILL)
     lost = (await call).result
     text = lost["content"][0]["text"]
     # the one rule of every executor (docs/tool-runtime.md §7): its side effect may have happened
     assert lost["isError"] is True and "lost mid-call" in text and "outcome is unknown" in text, text
     assert "call again" not in text.replace("before calling it again", ""), text
-    await until(lambda: bool(catalog.warm_endpoints("warm_sleeper")) and worker_pids("warm_sleeper") not in ([], [pid]))
+    await until(
+        lambda: (
+            bool(catalog.warm_endpoints("warm_sleeper"))
+            and worker_pids(control_plane, namespace, "warm_sleeper") not in ([], [pid])
+        )
+    )
     again = (await mcp.call_tool("warm_sleeper", {"seconds": 0}, caps=PLAIN_CAPS)).result
     assert again["content"][0]["text"].startswith("slept on attempt 1")
 
@@ -340,7 +349,7 @@ async def test_a_warm_task_in_flight_outlives_its_operator_and_is_adopted(
     mcp = client(http_session, gateway)
     task_id = await mcp.start_task("warm_sleeper", {"seconds": 6})
     await mcp.wait_task(task_id, lambda task: bool(task.get("statusMessage")), timeout_s=WAIT_S)
-    (pid,) = worker_pids("warm_sleeper")
+    (pid,) = worker_pids(control_plane, namespace, "warm_sleeper")
     stored = kube_json(control_plane, namespace, "mcptask", task_id)
     assert stored["status"]["lease"]["call"]["executionId"] == f"{task_id}.1", stored["status"]
     operators.kill(first)
