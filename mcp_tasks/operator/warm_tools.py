@@ -253,7 +253,37 @@ class WarmTools:
                     await client.call(delete, item.metadata.name, self.namespace, propagation_policy="Background")
                     logger.info("deleted %s (its tool %s is not warm now)", item.metadata.name, owner)
                 self._applied.pop(str(owner), None)
+        await self._forget_stale_server_entries(pools)
         return True
+
+    async def _forget_stale_server_entries(self, pools: dict[str, tuple[JsonObject, ToolSpec]]) -> None:
+        """Remove from each McpServer's `status.warm` the entries of tools that are not warm now (the server
+        stopped being warm, or stopped listing the tool), so that the tool, warm again later, does not offer
+        its old workers' addresses until its new ones are published. One merge patch per server that has any.
+        """
+        warm_now: dict[str, set[str]] = {}
+        for obj, tool in pools.values():
+            if isinstance(tool, ServerToolSpec):
+                warm_now.setdefault(str(obj["metadata"]["name"]), set()).add(tool.name)
+        for name, obj in self.catalog.servers().items():
+            entries = (obj.get("status") or {}).get("warm") or {}
+            stale = sorted(set(entries) - warm_now.get(name, set()))
+            if not stale:
+                continue
+            try:
+                await client.call(
+                    self._objects.patch_namespaced_custom_object_status,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    SERVER_PLURAL,
+                    name,
+                    {"status": {"warm": dict.fromkeys(stale)}},  # a merge patch's null removes the key
+                    **MERGE_PATCH,
+                )
+            except client.NotFound:
+                continue
+            logger.info("mcpserver/%s: forgot the warm workers of %s (not warm now)", name, ", ".join(stale))
 
     async def _publish(self) -> bool:
         """Write where each warm tool whose ready endpoints changed takes calls: its McpTool's `status.warm`, or

@@ -499,6 +499,15 @@ async def test_a_warm_stdio_server_serves_synchronous_calls_and_tasks_from_its_w
     task = json.loads(control_plane.kubectl("get", "-n", namespace, "mcptask", task_id, "-o", "json"))
     assert task["status"]["attempt"] == 1
 
+    # No longer warm: its Deployments go, and so do its `status.warm` entries (a tool warm again later must not
+    # offer these workers' addresses); its calls run per call again.
+    control_plane.kubectl("patch", "-n", namespace, "mcpserver/time", "--type=json",
+                          "-p", '[{"op": "remove", "path": "/spec/warm"}]')  # fmt: skip
+    await until(lambda: not server_status(control_plane, namespace, "time").get("warm"), 60)
+    await until(lambda: not catalog.warm_endpoints("get_current_time"))
+    deployments = control_plane.kubectl("get", "-n", namespace, "deployments", "-l", "mcptasks.io/mcp-server=time")
+    assert "get_current_time" not in deployments and "mcpserver-time" not in deployments, deployments
+
 
 async def test_a_warm_servers_long_operation_runs_as_a_task_on_its_warm_pod_with_progress(
     control_plane: ControlPlane,
