@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -202,14 +203,43 @@ async def start_metrics(settings: Settings, host: str) -> web.AppRunner | None:
     return runner
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host:port` (port 0: one the kernel picks), bound before the app starts, so a
+    taken port stops the process before it opens the store, discovers servers or starts a runner (a second
+    server on the same data folder must not claim tasks it will not serve).
+
+    Raises:
+        OSError: the address cannot be resolved or bound (e.g. `EADDRINUSE`).
+    """
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name == "posix":  # as asyncio's create_server: a restart may bind while old connections linger
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 async def run_until_signalled(app: web.Application, settings: Settings, where: str) -> None:
     """Serve `app` on `--host`/`--port` until SIGINT/SIGTERM; print where it listens and how it authenticates.
 
     `where` is a second banner line (data folder, cluster namespace, ...).
     """
+    listening = listen(settings.serve.host, settings.serve.port)  # before anything opens the store or runs
     web_runner = gateway.create_runner(app, shutdown_timeout_s=5, lingering_time_s=LINGERING_TIME_S)
-    await web_runner.setup()
-    site = web.TCPSite(web_runner, settings.serve.host, settings.serve.port)
+    try:
+        await web_runner.setup()
+    except BaseException:
+        listening.close()
+        raise
+    site = web.SockSite(web_runner, listening)
     await site.start()
     host, port = web_runner.addresses[0][:2]
     auth = describe_auth(settings)

@@ -118,6 +118,27 @@ async def test_a_task_handle_survives_kill_9_right_after_it_arrives(
     assert reply.result["taskId"] == task_id
 
 
+async def test_a_second_server_on_a_taken_port_exits_before_it_opens_anything(
+    server_process: ServerProcess, tmp_path: Path
+) -> None:
+    """Our choice (a newcomer's finding: a second `mcptasks serve` beside `make run` opened the store, started a
+    runner on the data folder and discovered its servers, then failed to listen): the port is bound first, so
+    such a start exits 1 naming the taken address and has opened nothing (its data folder holds no store)."""
+    await server_process.start()
+    other = tmp_path / "other"
+    port = str(server_process.port)
+    args = [sys.executable, "-m", "mcp_tasks.cli", "serve", "--port", port, "--data-dir", str(other)]
+    for folder in TOOL_DIRS:
+        args += ["--tools", str(folder)]
+    second = await asyncio.create_subprocess_exec(
+        *args, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _out, err = await asyncio.wait_for(second.communicate(), timeout=60)
+    assert second.returncode == 1, err.decode()
+    assert f"cannot listen on 127.0.0.1:{server_process.port}" in err.decode(), err.decode()
+    assert not (other / "tasks.sqlite3").exists(), "the store was opened before the port was bound"
+
+
 def tool_pids(task_id: str, marker_variable: str = "MCPTASKS_TASK_ID") -> list[int]:
     """Pids of the live tool processes running `task_id` (found by the contract variable in their environment;
     a warm tool's workers by `MCPTASKS_SERVE_TOOL=<tool>`)."""
