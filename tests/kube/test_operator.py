@@ -27,7 +27,7 @@ from mcp_tasks.tasks.owner import Owner
 from mcp_tasks.tasks.record import TaskRecord
 from tests.conftest import until as shared_until
 from tests.controlplane.cluster import ControlPlane, free_port
-from tests.kube.conftest import LEADER_ENV, Gateways, Operators, client, get_object, sep_hello_world, until
+from tests.kube.conftest import KUBE_WAIT_S, LEADER_ENV, Gateways, Operators, client, get_object, sep_hello_world, until
 from tests.kube.test_rbac import CHART, account_kubeconfig
 from tests.metrics import scrape, value
 
@@ -513,9 +513,10 @@ async def test_a_job_deleted_by_hand_reruns_idempotent_tools_and_fails_the_other
     for task_id in (once, again):
         await until(lambda t=task_id: bool(jobs_of(control_plane, namespace, t)))
         control_plane.kubectl("delete", "job", f"mcptask-{task_id}", "-n", namespace, "--cascade=background")
-    lost = await mcp.wait_status(once, "failed", "completed", "cancelled", timeout_s=WAIT_S)
+    # KUBE_WAIT_S: the whole test takes 10 s alone; once, with the rest of the suite beside it, this wait passed 30 s
+    lost = await mcp.wait_status(once, "failed", "completed", "cancelled", timeout_s=KUBE_WAIT_S)
     assert lost["status"] == "failed" and "outcome is unknown" in lost["statusMessage"], lost
-    rerun = await mcp.wait_status(again, "failed", "completed", "cancelled", timeout_s=WAIT_S)
+    rerun = await mcp.wait_status(again, "failed", "completed", "cancelled", timeout_s=KUBE_WAIT_S)
     assert rerun["status"] == "completed" and not rerun["result"].get("isError"), rerun
     assert rerun["result"]["content"][0]["text"] == "slept 8s on attempt 2", "the new Job's pod is run 2"
     stored = get_object(control_plane, namespace, again)
