@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.conftest import PLAIN_CAPS, McpHttp, until
+from tests.conftest import PLAIN_CAPS, TASKS_CAPS, McpHttp, until
 from tests.node import server_images
 from tests.node.cluster import RealNode
 from tests.node.test_release import RELEASE, TASK_WAIT_S, TOKEN, Release
@@ -92,6 +92,9 @@ def wait_until_ready(ready: Any, release: Release) -> None:
     )
 
 
+SAMPLING_CAPS: dict[str, Any] = {**TASKS_CAPS, "sampling": {}}
+
+
 @pytest.fixture
 async def mcp(servers: Release) -> AsyncIterator[McpHttp]:
     async with aiohttp.ClientSession() as session:
@@ -150,7 +153,8 @@ async def test_server_everything_in_a_node_only_image_progress_operator_loss_eli
 ) -> None:
     """The long operation shows progress and completes with the server's text although every operator pod is
     deleted mid-operation (one Job, one pod); the elicitation goes `input_required` and completes after
-    `tasks/update`; a cancelled long operation ends `cancelled` and its pod goes."""
+    `tasks/update`; its sampling request likewise for a client that declared sampling, refused for one that did
+    not; a cancelled long operation ends `cancelled` and its pod goes."""
     long = await mcp.start_task("trigger-long-running-operation", {"duration": 20, "steps": 20})
     running = await mcp.wait_task(long, lambda t: "of 20" in t.get("statusMessage", ""), timeout_s=TASK_WAIT_S)
     assert running["status"] == "working"
@@ -167,6 +171,21 @@ async def test_server_everything_in_a_node_only_image_progress_operator_loss_eli
     await mcp.update(asking, {key: {"action": "accept", "content": {"name": "Ada Lovelace", "check": True}}})
     answered = await mcp.wait_status(asking, "completed", "failed", timeout_s=TASK_WAIT_S)
     assert "Name: Ada Lovelace" in "".join(block["text"] for block in answered["result"]["content"]), answered
+
+    # The server's sampling request: put to a client that declared sampling, answered through `tasks/update`;
+    # never put to one that did not (the server gets an error naming it, which its tool reports).
+    sampled = (await mcp.call_tool("trigger-sampling-request", {"prompt": "hello"}, caps=SAMPLING_CAPS)).result
+    asked = await mcp.wait_status(sampled["taskId"], "input_required", timeout_s=TASK_WAIT_S)
+    ((key, request),) = asked["inputRequests"].items()
+    assert request["method"] == "sampling/createMessage", request
+    answer = {"role": "assistant", "content": {"type": "text", "text": "a sampled reply"}, "model": "test-model"}
+    await mcp.update(sampled["taskId"], {key: answer}, caps=SAMPLING_CAPS)
+    answered = await mcp.wait_status(sampled["taskId"], "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert "a sampled reply" in answered["result"]["content"][0]["text"], answered
+    refused = await mcp.start_task("trigger-sampling-request", {"prompt": "hello"})
+    ended = await mcp.wait_status(refused, "completed", "failed", timeout_s=TASK_WAIT_S)
+    assert "inputRequests" not in ended, ended
+    assert "cannot answer sampling/createMessage" in json.dumps(ended.get("result") or ended.get("error")), ended
 
     cancelled = await mcp.start_task("trigger-long-running-operation", {"duration": 120, "steps": 120})
     await mcp.wait_task(cancelled, lambda t: "of 120" in t.get("statusMessage", ""), timeout_s=TASK_WAIT_S)
