@@ -17,6 +17,7 @@ from aiohttp import web
 
 from mcp_tasks.gateway.identity.principal import Identity
 from mcp_tasks.gateway.legacy_sessions import LiveCalls
+from mcp_tasks.gateway.queued_messages import QueuedMessages
 from mcp_tasks.gateway.rate_limits import PollPace, TokenBuckets
 from mcp_tasks.gateway.settings import GatewaySettings
 from mcp_tasks.protocol import constants
@@ -48,6 +49,8 @@ class Services:
     rate_limits: TokenBuckets = field(init=False)
     """This replica's token buckets of task creation, sized by `limits.rate_limit_max_keys`."""
     poll_pace: PollPace = field(default_factory=PollPace)
+    queued_messages: QueuedMessages = field(default_factory=QueuedMessages)
+    """Queued tasks' last `statusMessage`, reused for reads sooner than their `pollIntervalMs`."""
     """When each task was last read here (`mcptasks_fast_polls_total`)."""
     quota_locks: tuple[asyncio.Lock, ...] = field(default_factory=lambda: tuple(asyncio.Lock() for _ in range(64)))
     """Striped by principal: a quota's count and the create it admits hold one (`admission.admit_creation`)."""

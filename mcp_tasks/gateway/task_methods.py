@@ -57,8 +57,12 @@ async def _queued_message(ctx: RequestContext, store: FairQueue, record: TaskRec
     Computed here, not written by the executor: a message kept current in the store would cost a write
     per queued task at every claim. One count in the store's index of the tenant's queued tasks, up to
     `fair_share.AHEAD_COUNTED_MAX`; with running budgets set, one more of the tenant's leased tasks, to say
-    when its own budget holds it. Nothing about other tenants.
+    when its own budget holds it. Nothing about other tenants. A read sooner than the task's `pollIntervalMs`
+    after the last count gets that count's message (`QueuedMessages`).
     """
+    recent = ctx.services.queued_messages.recent(record.task_id, record.poll_interval_ms)
+    if recent is not None:
+        return recent
     ahead = await store.queued_ahead(record, fair_share.AHEAD_COUNTED_MAX)
     limits = ctx.services.limits
     held_by = None
@@ -66,7 +70,9 @@ async def _queued_message(ctx: RequestContext, store: FairQueue, record: TaskRec
         tenant_runs, own_runs = await store.running_of(record.owner, ctx.services.clock())
         usage = fair_share.Usage({record.owner.tenant: tenant_runs}, {record.owner: own_runs})
         held_by = fair_share.over_budget(record.owner, usage, limits)
-    return fair_share.queued_message(ahead, held_by)
+    message = fair_share.queued_message(ahead, held_by)
+    ctx.services.queued_messages.keep(record.task_id, message)
+    return message
 
 
 async def _client_write(
