@@ -183,7 +183,9 @@ async def test_an_upgrade_and_a_rollback_with_tasks_in_flight_lose_nothing(
                 fresh = task["status"] == "input_required" and bool(keys) and not keys & lost_keys
                 return fresh or task["status"] in ("completed", "failed", "cancelled")
 
-            again = await alice.wait_task(waiting, asked_again_or_ended, timeout_s=TASK_WAIT_S)
+            # Twice TASK_WAIT_S: the Job's next pod may come after its back-off (10 s before its second pod, 20 s
+            # before its third) plus this release's rollout; once, with the node alone on the machine, 120 s ran out.
+            again = await alice.wait_task(waiting, asked_again_or_ended, timeout_s=2 * TASK_WAIT_S)
             runs = _runs(plane, namespace, waiting)
             if again["status"] == "input_required":
                 (key,) = again["inputRequests"]
