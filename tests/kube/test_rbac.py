@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.controlplane.cluster import REPO, ControlPlane
-from tests.kube.conftest import Gateways, Operators, client, until
+from tests.kube.conftest import KUBE_WAIT_S, Gateways, Operators, client, until
 from tests.kube.test_warm_tools import apply_warm, endpoints
 
 CHART = REPO / "charts" / "mcp-tasks"
@@ -98,7 +99,8 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
 
     monkeypatch.setenv("MCPTASKS_INSTANCE", "r")  # as the chart sets it: the policy admits release "r"'s objects
     operators.start(kubeconfig=operator_config)
-    mcp = client(http_session, await gateways.start(kubeconfig=gateway_config))
+    gateway = await gateways.start(kubeconfig=gateway_config)
+    mcp = client(http_session, gateway)
     asked = await mcp.start_task("confirm_delete", {"filename": "a.txt"})
     await mcp.wait_status(asked, "input_required", timeout_s=30)
     await mcp.update(asked, {"confirm": {"action": "accept", "content": {"confirm": True}}})
@@ -118,8 +120,11 @@ async def test_gateway_and_operator_run_with_the_shipped_least_privilege_roles(
     apply_warm(control_plane, namespace, "warm-echo")  # a warm tool, run with the same least privilege
     try:
         await until(lambda: bool(endpoints(control_plane, namespace, "warm-echo")))
+        catalog: Any = gateway.services.catalog
+        await until(lambda: bool(catalog.warm_endpoints("warm_echo")))  # the gateway has seen them too
         task_id = await mcp.start_task("warm_echo", {"text": "least"})
-        warm_task = await mcp.wait_status(task_id, "completed", "failed", timeout_s=30)
+        # KUBE_WAIT_S: 30 s once ran out with the rest of the suite beside it (7 s alone; cause not found)
+        warm_task = await mcp.wait_status(task_id, "completed", "failed", timeout_s=KUBE_WAIT_S)
         assert warm_task["result"]["content"][0]["text"].startswith("least pid="), warm_task
     finally:
         control_plane.kubectl("delete", "mcptool", "warm-echo", "-n", namespace)
