@@ -28,8 +28,10 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
+from mcp.client.extension import ClientExtension
 from pydantic import BaseModel, ValidationError
 
+from mcp_tasks.bridge.target import Handlers
 from mcp_tasks.runtime import ClientLacksCapability, InputRequestFailed, ToolContext, WorkerApiError
 from mcp_tasks.runtime.tool import CallCancelled
 
@@ -204,3 +206,15 @@ class ServerMessages:
     def dropped(self) -> int:
         """Log lines not written because of the bound."""
         return self._dropped
+
+
+def connection_handlers(resolve: Resolve, server: str, extensions: tuple[ClientExtension, ...] = ()) -> Handlers:
+    """The client callbacks of one connection to `server` (the mapping table, docs/mcp-servers.md §3): its
+    requests put to the call `resolve` names, its log and other messages written as `ServerMessages` does,
+    and `extensions` (e.g. the binding of a server task's `notifications/tasks/status`).
+    """
+    requests = ServerRequests(resolve)
+    messages = ServerMessages(server)
+    return Handlers(
+        requests.sampling, requests.elicitation, requests.list_roots, messages.logging, messages.message, extensions
+    )

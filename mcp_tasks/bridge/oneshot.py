@@ -14,9 +14,9 @@ import signal
 import anyio
 
 from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
-from mcp_tasks.bridge.mapping import Progress, ServerMessages, ServerRequests
+from mcp_tasks.bridge.mapping import Progress, connection_handlers
 from mcp_tasks.bridge.server_tasks import TaskMode
-from mcp_tasks.bridge.target import Handlers, Target, connect
+from mcp_tasks.bridge.target import Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
 
 logger = logging.getLogger("mcp_tasks.bridge")
@@ -84,16 +84,7 @@ async def _send(
     Raises:
         ProtocolFailure: as `run_once`.
     """
-    requests = ServerRequests(lambda: ctx)
-    messages = ServerMessages(target.server)
-    handlers = Handlers(
-        requests.sampling,
-        requests.elicitation,
-        requests.list_roots,
-        messages.logging,
-        messages.message,
-        mode.extensions if mode is not None else (),
-    )
+    handlers = connection_handlers(lambda: ctx, target.server, mode.extensions if mode is not None else ())
     why = ""
     for send in range(1, MAX_SENDS + 1):
         sent = False

@@ -21,9 +21,9 @@ from anyio.lowlevel import EventLoopToken
 from mcp import Client
 
 from mcp_tasks.bridge.call import MAX_SENDS, Json, ServerLost, call_tool, leaf, outcome_unknown, unavailable
-from mcp_tasks.bridge.mapping import NO_CALL, Progress, ServerMessages, ServerRequests
+from mcp_tasks.bridge.mapping import NO_CALL, Progress, connection_handlers
 from mcp_tasks.bridge.server_tasks import TaskMode
-from mcp_tasks.bridge.target import Handlers, Target, connect
+from mcp_tasks.bridge.target import Target, connect
 from mcp_tasks.runtime import ProtocolFailure, ToolContext
 from mcp_tasks.runtime.tool import CallCancelled
 
@@ -67,16 +67,7 @@ class WarmBridge:
             raise RuntimeError("the bridge's event loop did not start")
         self._connection: _Connection | None = None
         self._connecting: anyio.Lock | None = None
-        requests = ServerRequests(self._resolve)
-        messages = ServerMessages(target.server)
-        self._handlers = Handlers(
-            requests.sampling,
-            requests.elicitation,
-            requests.list_roots,
-            messages.logging,
-            messages.message,
-            mode.extensions if mode is not None else (),
-        )
+        self._handlers = connection_handlers(self._resolve, target.server, mode.extensions if mode is not None else ())
 
     async def _run_loop(self) -> None:
         """The event loop's root: owns the connection holders' task group, for the process's life."""
