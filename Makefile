@@ -83,14 +83,15 @@ node: install
 binaries: install
 	@$(MAKE) --no-print-directory -j2 controlplane objectstore identity promtool node kueue
 
-# Two workers (pytest-xdist) for all but the real node: most tests wait on processes, sockets and a control plane
-# rather than compute (the serial run of 2026-12-07 kept the two cores at load 0.5 to 1.4). The Kubernetes tests
-# stay on one worker (`xdist_group`, tests/conftest.py) and share one control plane; every other file runs whole
-# on one worker. Then the real node alone: its image builds, containerd and kubelet beside the Kubernetes tests
-# stretched their waits past their bounds. 55 min at most for the two: with about 17 of cold set-up and a few of
-# conformance, .ci/run stays well within CI's 90.
+# Three steps. The embedded, unit and identity tests on two workers (pytest-xdist; each file whole on one worker,
+# `xdist_group` in tests/conftest.py): they wait on processes and sockets more than they compute. Then the
+# Kubernetes tests, then the real node, each alone: their waits are bounds for a machine they do not share, and
+# with the rest of the suite beside them (`-n 2` over everything, 2026-12-07) one of them ran out in each of
+# four runs. 55 min at most for the three: with about 17 of cold set-up and a few of conformance, .ci/run stays
+# well within CI's 90.
 pytest: install binaries
-	timeout 2700 $(BIN)/pytest -q -n 2 --dist loadgroup --ignore=tests/node
+	timeout 900 $(BIN)/pytest -q -n 2 --dist loadgroup --ignore=tests/kube --ignore=tests/node
+	timeout 1800 $(BIN)/pytest -q tests/kube
 	timeout 600 $(BIN)/pytest -q tests/node
 
 conformance: install controlplane
