@@ -270,20 +270,29 @@ class WarmTools:
             stale = sorted(set(entries) - warm_now.get(name, set()))
             if not stale:
                 continue
-            try:
-                await client.call(
-                    self._objects.patch_namespaced_custom_object_status,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    SERVER_PLURAL,
-                    name,
-                    {"status": {"warm": dict.fromkeys(stale)}},  # a merge patch's null removes the key
-                    **MERGE_PATCH,
-                )
-            except client.NotFound:
+            # a merge patch's null removes the key
+            if not await self._patch_status(SERVER_PLURAL, name, {"warm": dict.fromkeys(stale)}):
                 continue
             logger.info("mcpserver/%s: forgot the warm workers of %s (not warm now)", name, ", ".join(stale))
+
+    async def _patch_status(self, plural: str, name: str, status: JsonObject) -> bool:
+        """Merge-patch `status` into the status of the McpTool or McpServer (`plural`) `name`; False when it is
+        gone.
+        """
+        try:
+            await client.call(
+                self._objects.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                self.namespace,
+                plural,
+                name,
+                {"status": status},
+                **MERGE_PATCH,
+            )
+        except client.NotFound:
+            return False
+        return True
 
     async def _publish(self) -> bool:
         """Write where each warm tool whose ready endpoints changed takes calls: its McpTool's `status.warm`, or
@@ -303,18 +312,7 @@ class WarmTools:
             if {key: current.get(key) for key in wanted} == wanted:
                 continue
             patch = {"warm": {tool.name: wanted} if plural == SERVER_PLURAL else wanted}
-            try:
-                await client.call(
-                    self._objects.patch_namespaced_custom_object_status,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    plural,
-                    str(obj["metadata"]["name"]),
-                    {"status": patch},
-                    **MERGE_PATCH,
-                )
-            except client.NotFound:
+            if not await self._patch_status(plural, str(obj["metadata"]["name"]), patch):
                 continue
             status["warm"] = written  # until the watch brings our own write back
             logger.info("%s: %d warm worker(s) ready", pool, len(endpoints))
