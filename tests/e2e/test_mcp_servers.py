@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 import yaml
 
+from mcp_tasks.cli.settings import Settings
 from mcp_tasks.protocol import constants
 from mcp_tasks.store.manifests import FileToolCatalog
 from mcp_tasks.tasks.errors import InvalidToolManifest
@@ -36,6 +37,15 @@ def server_manifest(name: str, command: list[str], **spec: Any) -> dict[str, Any
     body: dict[str, Any] = {"container": {"command": command}}
     body.update(spec)
     return {"apiVersion": "mcptasks.io/v1alpha1", "kind": "McpServer", "metadata": {"name": name}, "spec": body}
+
+
+def warm_everything_settings(folder: Path) -> Settings:
+    """An embedded server's settings with only server-everything, warm (1 worker, 2 calls at once), its tools
+    named `w-<tool>`; its tools and data under `folder`."""
+    warm = server_manifest("everything-warm", everything_command(), warm={"minWorkers": 1, "concurrency": 2})
+    tools = write_folder(folder / "tools", {**warm, "spec": {**warm["spec"], "toolNamePrefix": "w-"}})
+    settings = server_settings(folder / "data")
+    return replace(settings, serve=replace(settings.serve, tools_dirs=(tools,)))
 
 
 def write_folder(folder: Path, *documents: dict[str, Any]) -> Path:
@@ -222,17 +232,14 @@ async def test_a_cancel_of_ours_cancels_the_servers_task_per_call_and_warm(
     assert done["status"] == "cancelled", done
     await exited(servers[0], timeout_s=15)
 
-    warm = server_manifest("everything-warm", everything_command(), warm={"minWorkers": 1, "concurrency": 2})
-    folder = write_folder(tmp_path / "warm-tools", {**warm, "spec": {**warm["spec"], "toolNamePrefix": "w-"}})
-    settings = server_settings(tmp_path / "warm-data")
-    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+    async with serving(warm_everything_settings(tmp_path / "warm")) as embedded:
         mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
         task_id = await mcp.start_task("w-simulate-research-query", {"topic": "tides"})
         await mcp.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=30)
         await mcp.cancel(task_id)
         done = await mcp.wait_status(task_id, "cancelled", "completed", "failed", timeout_s=20)
         assert done["status"] == "cancelled", done
-        runs = tmp_path / "warm-data" / "runs"
+        runs = tmp_path / "warm" / "data" / "runs"
         line = "the server's task for this call is cancelled: Client cancelled task execution."
         await until(lambda: _logged(runs, line), timeout_s=20)
         await until(lambda: _logged(runs, 'from terminal status "cancelled" to "working"'), timeout_s=20)
@@ -413,10 +420,7 @@ async def test_a_stopped_warm_worker_leaves_no_server_process(
     """docs/mcp-servers.md §4 (ours): a warm worker ends with os._exit (runtime.serve), so the SDK never stops
     its server; stopped mid-call (here with `mcptasks serve`), it leaves no server process behind, though
     this one (its research task's timers) would outlive its closed stdin."""
-    warm = server_manifest("everything-warm", everything_command(), warm={"minWorkers": 1, "concurrency": 2})
-    folder = write_folder(tmp_path / "tools", {**warm, "spec": {**warm["spec"], "toolNamePrefix": "w-"}})
-    settings = server_settings(tmp_path / "data")
-    async with serving(replace(settings, serve=replace(settings.serve, tools_dirs=(folder,)))) as embedded:
+    async with serving(warm_everything_settings(tmp_path)) as embedded:
         mcp = McpHttp(http_session, embedded.url, changed=embedded.changed)
         task_id = await mcp.start_task("w-simulate-research-query", {"topic": "tides"})
         await mcp.wait_task(task_id, lambda t: t.get("statusMessage") == "Analyzing content...", timeout_s=30)
